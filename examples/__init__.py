@@ -1,0 +1,1 @@
+"""Bundled example repositories (package data for `kernelpro demo`)."""

@@ -1,0 +1,277 @@
+"""The `kernelpro` command: the one place where settings are read and collaborators are built."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kernelpro import __version__
+from kernelpro.settings import Settings
+
+
+class UsageError(Exception):
+    """A broken invocation; the message states the cause and the fix."""
+
+
+def _err(msg: str) -> int:
+    print(f"kernelpro: error: {msg}", file=sys.stderr)
+    return 2
+
+
+# --------------------------------------------------------------------------- check-config
+
+
+def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
+    from kernelpro.runner.config import load_config
+
+    path = Path(args.path)
+    if path.is_dir():
+        path = path / ".kernelpro.yml"
+    config = load_config(path, Path(args.repo) if args.repo else None)
+    for t in config.targets:
+        print(f"ok: target {t.name} ({t.language}, {t.entry_point}, {len(t.workloads)} workloads)")
+    print(f"{path}: valid, {len(config.targets)} target(s)")
+    return 0
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
+    from kernelpro.runner.evaluator import EvalSettings, evaluate, traces
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import (
+        Workload,
+        append_jsonl,
+        load_definition,
+        load_solution,
+        load_workloads,
+    )
+
+    definition = load_definition(args.definition)
+    solution = load_solution(args.solution)
+    if args.workloads:
+        workloads = load_workloads(args.workloads)
+    elif not definition.var_axes:
+        workloads = [Workload.make(definition, {})]
+    else:
+        raise UsageError(f"definition {definition.name} has variable axes {definition.var_axes}: "
+                         "pass --workloads W.jsonl with their values")  # fmt: skip
+    if not workloads:
+        raise UsageError(f"{args.workloads} holds no workloads")
+    device = settings.resolved_device()
+    es = EvalSettings(device=device, timeout_s=args.timeout, trials=args.trials, time_reference=True)
+    outcome = evaluate(definition, solution, workloads, Tolerance(args.atol, args.rtol), es)
+    lines = traces(definition, solution, workloads, outcome)
+    append_jsonl(args.out, [t.to_json() for t in lines])
+    for t in lines:
+        ev = t.evaluation
+        assert ev is not None
+        perf = f" {ev.performance.latency_ms:.4f} ms" if ev.performance else ""
+        print(f"{t.workload.uuid}: {ev.status}{perf}")
+    if not outcome.passed:
+        print(outcome.log.strip()[-1500:], file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- optimize
+
+
+def _progress(settings: Settings, total: int, label: str) -> Any:
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=label, unit="eval", disable=not settings.progress, file=sys.stderr)
+
+    def update(i: int, budget: int, scored: Any, best: float) -> None:
+        bar.total = budget
+        bar.update(1)
+        bar.set_postfix_str(f"last {scored.outcome.status}, best verified-in-search {best:.2f}x")
+        if not settings.progress:
+            print(f"[{label}] evaluation {i}/{budget}: {scored.outcome.status} "
+                  f"(speedup {scored.speedup:.2f}x, best {best:.2f}x)", file=sys.stderr)  # fmt: skip
+
+    update.close = bar.close  # type: ignore[attr-defined]
+    return update
+
+
+def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
+                 budget: int | None, programmer_name: str, search: str) -> int:  # fmt: skip
+    from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
+    from kernelpro.runner.config import load_config
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.programmers import load as load_programmer
+    from kernelpro.runner.search import get_strategy
+    from kernelpro.workspace import checkouts
+
+    get_strategy(search)
+    programmer = load_programmer(programmer_name, settings)
+    device = settings.resolved_device()
+    out.mkdir(parents=True, exist_ok=True)
+    changed = changed_files(repo, base, head)
+    with checkouts(repo, base, head) as co:
+        # The configuration comes from the base branch: a pull request cannot change its own judge.
+        config_path, config_note = co.base / ".kernelpro.yml", "base branch"
+        if not config_path.exists():
+            config_path, config_note = co.head / ".kernelpro.yml", "pull request head (not on the base branch)"
+        if not config_path.exists():
+            kernels = changed_kernels(repo, base, head)
+            print("No .kernelpro.yml on the base branch or the head: nothing is configured.")
+            if kernels:
+                print("Changed kernels without a harness; paste this into .kernelpro.yml:\n")
+                print(config_snippet(kernels))
+            return 0
+        config = load_config(config_path, config_path.parent)
+        targets = [config.target(kernel)] if kernel else config.targets_for(changed)
+        if not targets:
+            print(f"No configured kernel changed between {base} and {head} ({len(changed)} files changed).")
+            kernels = changed_kernels(repo, base, head)
+            if kernels:
+                print("Changed kernels without a harness; paste this into .kernelpro.yml:\n")
+                print(config_snippet(kernels))
+            return 0
+        print(f"kernelpro {__version__}: {len(targets)} target(s) on {device}; configuration from the {config_note}")
+        if device == "cpu":
+            print("No GPU: kernels run in Triton's interpreter on the CPU; timings are not GPU timings.")
+        reports, patches, summaries = [], [], []
+        trace_all = out / "trace.jsonl"
+        trace_all.write_text("")
+        for target in targets:
+            t_out = out / target.name
+            base_solution = None
+            if all((co.base / f).exists() for f in target.files):
+                try:
+                    base_solution = target.solution(co.base, name=f"{target.name}-base-branch")
+                except (OSError, ValueError):
+                    base_solution = None
+            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device))
+            progress = _progress(settings, budget or target.budget.evaluations, target.name)
+            try:
+                result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
+                                  progress=progress)  # fmt: skip
+            finally:
+                progress.close()
+            reports.append((t_out / "report.md").read_text())
+            patches.append((t_out / "patch.diff").read_text())
+            summaries.append(json.loads((t_out / "result.json").read_text()))
+            with trace_all.open("a") as f:
+                f.write((t_out / "trace.jsonl").read_text())
+            w = result.winner
+            verdict = (f"verified speedup {w.speedup:.2f}x ({w.candidate.note})" if w
+                       else f"the pull request's kernel stands ({result.stop_reason})")  # fmt: skip
+            print(f"{target.name}: {verdict}; {len(result.evaluated)} evaluations in {result.seconds:.0f} s")
+    (out / "report.md").write_text("\n\n---\n\n".join(reports))
+    (out / "patch.diff").write_text("".join(patches))
+    (out / "summary.json").write_text(json.dumps({"targets": summaries, "config": config_note}, indent=2) + "\n")
+    print(f"Report: {out / 'report.md'}")
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
+                        budget=args.budget, programmer_name=args.programmer, search=args.search)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def make_demo_repo(dest: Path) -> Path:
+    """The bundled example as a real git repository: commit 1 the configuration, commit 2 the kernel."""
+    import git
+
+    root = resources.files("kernelpro.examples") / "demo"
+    repo = git.Repo.init(dest, initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "kernelpro demo")
+        cw.set_value("user", "email", "demo@kernelpro.invalid")
+    for step, message in (("commit1", "Add kernelpro configuration"), ("commit2", "Add a Triton SwiGLU kernel")):
+        src = Path(str(root / step))
+        shutil.copytree(src, dest, dirs_exist_ok=True)
+        repo.git.add(A=True)
+        repo.index.commit(message)
+    return dest
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="kernelpro-demo-") as tmp:
+        repo = make_demo_repo(Path(tmp) / "demo-kernels")
+        print(f"Demo repository: 2 commits (configuration, then a SwiGLU Triton kernel); optimizing HEAD~1..HEAD -> {out}")
+        return run_optimize(repo, "HEAD~1", "HEAD", out, settings, kernel=None, budget=args.budget,
+                            programmer_name="tuner", search=args.search)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kernelpro.runner.programmers import REGISTRY
+    from kernelpro.runner.search import STRATEGIES
+
+    p = argparse.ArgumentParser(prog="kernelpro", description="Makes GPU kernels faster and proves it.")
+    p.add_argument("--version", action="version", version=f"kernelpro {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check-config", help="validate a .kernelpro.yml")
+    c.add_argument("path", help=".kernelpro.yml (or the folder holding it)")
+    c.add_argument("--repo", help="repository root for relative paths (default: the file's folder)")
+    c.set_defaults(fn=cmd_check_config)
+
+    e = sub.add_parser("evaluate", help="build, verify and time one Solution; append FlashInfer-Trace lines")
+    e.add_argument("--definition", required=True, help="FlashInfer-Trace Definition JSON")
+    e.add_argument("--solution", required=True, help="FlashInfer-Trace Solution JSON")
+    e.add_argument("--workloads", help="JSONL of workloads (or workload traces)")
+    e.add_argument("--out", required=True, help="trace JSONL to append to")
+    e.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole evaluation (default 300)")
+    e.add_argument("--trials", type=int, default=3, help="fresh seeded input sets per workload (default 3)")
+    e.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: per dtype)")
+    e.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: per dtype)")
+    e.set_defaults(fn=cmd_evaluate)
+
+    o = sub.add_parser("optimize", help="optimize the kernels a change touched")
+    o.add_argument("--repo", required=True, help="git repository")
+    o.add_argument("--base", required=True, help="base ref (the branch the PR targets)")
+    o.add_argument("--head", required=True, help="head ref (the PR)")
+    o.add_argument("--out", required=True, help="results directory")
+    o.add_argument("--kernel", help="optimize this configured target even if unchanged")
+    o.add_argument("--budget", type=int, help="evaluations per target (default: the target's budget)")
+    o.add_argument("--programmer", default="tuner", choices=sorted(REGISTRY), help="who writes candidates")
+    o.add_argument("--search", default="mcts", choices=STRATEGIES, help="search strategy (default mcts)")
+    o.set_defaults(fn=cmd_optimize)
+
+    d = sub.add_parser("demo", help="optimize the bundled example repository end to end")
+    d.add_argument("--out", default="kernelpro-demo", help="results directory (default ./kernelpro-demo)")
+    d.add_argument("--budget", type=int, help="evaluations (default: the example's budget)")
+    d.add_argument("--search", default="mcts", choices=STRATEGIES, help="search strategy (default mcts)")
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kernelpro.runner.config import ConfigError
+    from kernelpro.runner.programmers import PluginError
+    from kernelpro.runner.trace import FormatError
+    from kernelpro.workspace import WorkspaceError
+
+    args = build_parser().parse_args(argv)
+    settings = Settings.from_env()
+    try:
+        return int(args.fn(args, settings))
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except (UsageError, FormatError, PluginError, WorkspaceError, ValueError) as e:
+        return _err(str(e))
+    except KeyboardInterrupt:
+        return _err("interrupted; evaluations finished so far are in the journal, rerun the same command to resume")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

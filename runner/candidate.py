@@ -1,0 +1,40 @@
+"""Candidate: a Solution with its lineage in the search."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .trace import Solution
+
+MODES = ("init", "debug", "optimize")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One proposed kernel and where it came from."""
+
+    solution: Solution
+    """The code."""
+    parent: str | None
+    """Content hash of the candidate it was derived from; None for the baseline."""
+    mode: str
+    """'init' (from the root), 'debug' (repairing a failed parent) or 'optimize' (improving a working one)."""
+    note: str
+    """The programmer's strategy note, in a sentence."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Programmer-specific settings that produced it (the tuner's knob values)."""
+
+    @property
+    def key(self) -> str:
+        return self.solution.content_hash()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"solution": self.solution.to_json(), "parent": self.parent, "mode": self.mode,
+                "note": self.note, "params": dict(self.params)}  # fmt: skip
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Candidate:
+        return Candidate(Solution.from_json(d["solution"]), d.get("parent"), d["mode"], d.get("note", ""),
+                         d.get("params") or {})  # fmt: skip

@@ -1,0 +1,268 @@
+"""The loop for one target: baseline -> search -> final gate -> results directory.
+
+Inputs are plain data (a Target and a checkout of the PR head); outputs are files in DIR:
+journal.jsonl (as it happens), trace.jsonl, solution.json, patch.diff, result.json, report.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .candidate import Candidate
+from .evaluator import EvalSettings, Outcome, evaluate, traces
+from .journal import Journal, context_key
+from .programmers import Context, Programmer
+from .search import Scored, get_strategy
+from .target import Target
+from .trace import Solution, Trace, Workload, append_jsonl, dump_json
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How one optimize run behaves."""
+
+    search: str = "mcts"
+    """Search strategy name (runner/search)."""
+    budget: int | None = None
+    """Evaluations, baseline included; None takes the target's budget."""
+    per_step: int = 4
+    """Candidates the programmer writes per expansion."""
+    gamma: float = 1.03
+    """A winner must be at least this much faster than the baseline in the final gate."""
+    gate_trials: int = 5
+    """Fresh seeded input sets per workload in the final gate."""
+    gate_top: int = 3
+    """How many of the best candidates the gate tries, in rank order."""
+    evaluation: EvalSettings = field(default_factory=EvalSettings)
+    """Evaluator settings for search evaluations."""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The final gate's verdict on one candidate against the baseline, measured side by side."""
+
+    candidate: Candidate
+    """The candidate."""
+    passed: bool
+    """Correct on more seeds and faster than gamma on every workload."""
+    speedup: float
+    """Geometric mean over workloads of baseline median / candidate median."""
+    per_workload: tuple[dict[str, Any], ...]
+    """uuid, axes, baseline and candidate timings, speedup and its range."""
+    reason: str
+    """Why it failed, or 'passed'."""
+    correctness: tuple[dict[str, Any], ...] = ()
+    """Per workload: max errors, trials, seeds."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one optimize run found."""
+
+    target: Target
+    """The kernel."""
+    device: str
+    """'cuda' or 'cpu'."""
+    baseline: Scored
+    """The PR head's kernel."""
+    evaluated: tuple[Scored, ...]
+    """Every evaluation, baseline first, in order."""
+    winner: GateResult | None
+    """The verified faster kernel; None when the baseline stands."""
+    gates: tuple[GateResult, ...]
+    """Every gate attempt, in rank order."""
+    base_branch: Scored | None
+    """The base branch's version of the kernel, when it exists and differs."""
+    stop_reason: str
+    """Why the search ended."""
+    seconds: float
+    """Wall time of the run."""
+    journal_resumed: int
+    """Evaluations read back from an earlier run's journal."""
+
+
+ProgressFn = Callable[[int, int, Scored, float], None]
+
+
+def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload, ...]) -> float:
+    if not cand.passed or not baseline.passed:
+        return 0.0
+    logs = []
+    for w in workloads:
+        b, c = baseline.latency(w.uuid), cand.latency(w.uuid)
+        if not (math.isfinite(b) and math.isfinite(c)) or c <= 0:
+            return 0.0
+        logs.append(math.log(b / c))
+    return math.exp(sum(logs) / len(logs)) if logs else 0.0
+
+
+def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
+          s: RunSettings) -> GateResult:  # fmt: skip
+    # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
+    # drift in clocks or load affects both.
+    es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50))
+    b = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
+    c = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
+    b2 = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
+    if not b.passed or not b2.passed:
+        return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
+    if not c.passed:
+        return GateResult(cand, False, 0.0, (), f"{c.status} on more seeds: {c.log[:300]}")
+    rows = []
+    ok = True
+    logs = []
+    for w in workloads:
+        bt = [r.timing for o in (b, b2) for r in o.results if r.uuid == w.uuid and r.timing]
+        ct = next(r.timing for r in c.results if r.uuid == w.uuid and r.timing)
+        # Interleaved B-C-B: the candidate must beat the slower-looking side of neither.
+        b_med = min(t.median_ms for t in bt)
+        sp = b_med / ct.median_ms
+        lo = min(t.p10_ms for t in bt) / ct.p90_ms
+        hi = max(t.p90_ms for t in bt) / ct.p10_ms
+        ok &= sp >= s.gamma
+        logs.append(math.log(sp))
+        rows.append({"uuid": w.uuid, "axes": dict(w.axes), "baseline_ms": b_med,
+                     "baseline_p10_ms": min(t.p10_ms for t in bt), "baseline_p90_ms": max(t.p90_ms for t in bt),
+                     "candidate_ms": ct.median_ms, "candidate_p10_ms": ct.p10_ms, "candidate_p90_ms": ct.p90_ms,
+                     "speedup": sp, "speedup_low": lo, "speedup_high": hi, "n": ct.n})  # fmt: skip
+    correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
+    speed = math.exp(sum(logs) / len(logs))
+    reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"
+    return GateResult(cand, ok, speed, tuple(rows), reason, correctness)
+
+
+def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
+             *, base_solution: Solution | None = None, progress: ProgressFn | None = None) -> Result:  # fmt: skip
+    t0 = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    es = settings.evaluation
+    if es.cache_dir is None:
+        es = replace(es, cache_dir=out_dir / ".triton-cache")
+    settings = replace(settings, evaluation=es)
+    device = es.device
+    workloads = target.workloads_for(device)
+    budget = settings.budget or target.budget.evaluations
+    es = replace(es, timeout_s=min(es.timeout_s, target.budget.timeout_s))
+    ctx_key = context_key({
+        "definition": target.definition.to_json(), "workloads": [w.to_json() for w in workloads],
+        "tolerance": [target.tolerance.atol, target.tolerance.rtol], "device": device, "trials": es.trials,
+        "seed": es.seed,
+    })  # fmt: skip
+    journal = Journal(out_dir / "journal.jsonl", ctx_key)
+    resumed = len(journal)
+    deadline = t0 + target.budget.minutes * 60
+    trace_path = out_dir / "trace.jsonl"
+    trace_path.write_text("")
+    state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0}
+    evaluated: list[Scored] = []
+
+    def run_eval(cand: Candidate) -> Outcome:
+        hit = journal.get(cand.key)
+        if hit is not None:
+            return hit.outcome
+        outcome = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
+        journal.append(cand, outcome)
+        return outcome
+
+    def record(cand: Candidate, outcome: Outcome) -> Scored:
+        base: Outcome | None = state["baseline"]
+        speed = 1.0 if base is None else geomean_speedup(base, outcome, workloads)
+        scored = Scored(cand, outcome, speed)
+        evaluated.append(scored)
+        append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, cand.solution, workloads, outcome)])
+        if outcome.passed:
+            state["best"] = max(state["best"], speed)
+        if progress:
+            progress(len(evaluated), budget, scored, state["best"])
+        return scored
+
+    baseline_cand = Candidate(target.solution(head_checkout), None, "init", "the pull request's kernel")
+    baseline = record(baseline_cand, run_eval(baseline_cand))
+    state["baseline"] = baseline.outcome
+
+    base_branch = None
+    if base_solution is not None and base_solution.content_hash() != baseline_cand.key:
+        bc = Candidate(base_solution, None, "init", "the base branch's kernel")
+        o = run_eval(bc)
+        base_branch = Scored(bc, o, geomean_speedup(baseline.outcome, o, workloads))
+        append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, bc.solution, workloads, o)])
+
+    stop = "budget spent"
+    if not baseline.outcome.passed:
+        stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
+        return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
+                       head_checkout, settings)  # fmt: skip
+
+    def bounded_eval(cand: Candidate) -> Scored | None:
+        if len(evaluated) >= budget or time.perf_counter() > deadline:
+            return None
+        return record(cand, run_eval(cand))
+
+    context = Context(target=target, seen=lambda k: any(s.candidate.key == k for s in evaluated), device=device,
+                      gpu_name=str(baseline.outcome.environment.get("hardware", "")))  # fmt: skip
+
+    def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
+        return programmer.propose(parent, mode, n, context)
+
+    get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step)
+    if len(evaluated) < budget and time.perf_counter() <= deadline:
+        stop = "the programmer had nothing new to propose"
+    elif time.perf_counter() > deadline:
+        stop = f"time budget of {target.budget.minutes:g} min spent"
+
+    ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0), key=lambda s: -s.speedup)
+    gates: list[GateResult] = []
+    winner = None
+    for s in ranked[: settings.gate_top]:
+        g = _gate(target, baseline_cand, s.candidate, workloads, settings)
+        gates.append(g)
+        if g.passed:
+            winner = g
+            break
+    return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
+                   out_dir, head_checkout, settings)  # fmt: skip
+
+
+def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
+    chunks: list[str] = []
+    for src in solution.sources:
+        old = (head_checkout / src.path).read_text() if (head_checkout / src.path).exists() else ""
+        if old != src.content:
+            chunks.extend(difflib.unified_diff(old.splitlines(True), src.content.splitlines(True),
+                                               f"a/{src.path}", f"b/{src.path}"))  # fmt: skip
+    return "".join(chunks)
+
+
+def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Scored], winner: GateResult | None,
+            gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
+            out_dir: Path, head_checkout: Path, settings: RunSettings) -> Result:  # fmt: skip
+    result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
+                    time.perf_counter() - t0, resumed)  # fmt: skip
+    best = winner.candidate.solution if winner else baseline.candidate.solution
+    (out_dir / "solution.json").write_text(dump_json(best.to_json()))
+    # The definition and workloads beside the solution make the report's reproduction command work.
+    (out_dir / "definition.json").write_text(dump_json(target.definition.to_json()))
+    (out_dir / "workloads.jsonl").write_text(
+        "".join(json.dumps(w.to_json()) + "\n" for w in target.workloads_for(device)))
+    (out_dir / "patch.diff").write_text(patch(target, head_checkout, best) if winner else "")
+    from .report import render_report, summary
+
+    (out_dir / "result.json").write_text(dump_json(summary(result, settings)))
+    (out_dir / "report.md").write_text(render_report(result, settings))
+    return result
+
+
+def workload_traces(result: Result) -> list[Trace]:
+    """Traces of the winner (or the baseline) for every workload."""
+    s = result.baseline if result.winner is None else next(
+        x for x in result.evaluated if x.candidate.key == result.winner.candidate.key)
+    return traces(result.target.definition, s.candidate.solution, result.target.workloads_for(result.device), s.outcome)
+
+

@@ -1,0 +1,82 @@
+"""Programmers write candidates. One interface, chosen by name from an explicit registry.
+
+Each entry names the module that implements it and the pip extra to install when an import
+fails, so a missing dependency is a clear instruction rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..candidate import Candidate
+    from ..search import Scored
+    from ..target import Target
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a programmer may know when it writes candidates."""
+
+    target: Target
+    """The kernel being optimized."""
+    seen: Callable[[str], bool]
+    """Whether a solution content hash was already evaluated (never propose it again)."""
+    device: str
+    """'cuda' or 'cpu'."""
+    gpu_name: str = ""
+    """Marketing name of the GPU, for prompts."""
+
+
+class Programmer(Protocol):
+    """Writes up to n new candidates from a parent, in mode init | debug | optimize."""
+
+    name: str
+
+    def propose(self, parent: Scored, mode: str, n: int, context: Context) -> list[Candidate]: ...
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A registry entry."""
+
+    name: str
+    """What users pass to --programmer."""
+    factory: str
+    """'module:attribute' of a callable taking Settings and returning a Programmer."""
+    extra: str | None
+    """pip extra that brings its dependencies, or None."""
+    summary: str
+    """One line for --help."""
+
+
+REGISTRY: dict[str, Plugin] = {
+    p.name: p
+    for p in (
+        Plugin("tuner", "kernelpro.runner.programmers.tuner:make", None,
+               "deterministic launch-parameter transformations; no network"),  # fmt: skip
+        Plugin("llm", "kernelpro.runner.programmers.llm:make", None,
+               "any OpenAI-compatible endpoint (KERNELPRO_LLM_BASE_URL, KERNELPRO_LLM_MODEL, key)"),  # fmt: skip
+    )
+}
+
+
+class PluginError(RuntimeError):
+    """A plug-in cannot be loaded; the message says what to install or set."""
+
+
+def load(name: str, settings: object) -> Programmer:
+    plugin = REGISTRY.get(name)
+    if plugin is None:
+        raise PluginError(f"unknown programmer {name!r}; choose one of {', '.join(REGISTRY)}")
+    module_name, attr = plugin.factory.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        hint = f"pip install 'kernelpro[{plugin.extra}]'" if plugin.extra else "reinstall kernelpro"
+        raise PluginError(f"programmer {name!r} needs {e.name}: {hint}") from e
+    factory: Callable[[object], Programmer] = getattr(module, attr)
+    return factory(settings)

@@ -1,0 +1,89 @@
+"""report.md and result.json from a Result. Every number comes from our own measurement."""
+
+from __future__ import annotations
+
+from collections import Counter
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from kernelpro import __version__
+
+if TYPE_CHECKING:
+    from .optimize import Result, RunSettings
+
+
+def _env() -> jinja2.Environment:
+    root = resources.files("kernelpro.templates")
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: (root / name).read_text()),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["ms"] = lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}"
+    env.filters["x"] = lambda x: f"{x:.2f}x"
+    return env
+
+
+def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
+    """Machine-readable facts for the bot and for tests (result.json)."""
+    statuses = Counter(s.outcome.status for s in result.evaluated)
+    best_so_far, curve = 1.0, []
+    for i, s in enumerate(result.evaluated, 1):
+        if s.outcome.passed:
+            best_so_far = max(best_so_far, s.speedup)
+        curve.append({"evaluation": i, "best_speedup": round(best_so_far, 4), "status": s.outcome.status})
+    w = result.winner
+    return {
+        "kernelpro_version": __version__,
+        "target": result.target.name,
+        "definition": result.target.definition.name,
+        "device": result.device,
+        "hardware": result.baseline.outcome.environment.get("hardware", "unknown"),
+        "libs": dict(result.baseline.outcome.environment.get("libs", {})),
+        "gpu_timings": result.device == "cuda",
+        "search": settings.search,
+        "evaluations": len(result.evaluated),
+        "resumed_from_journal": result.journal_resumed,
+        "statuses": dict(statuses),
+        "stop_reason": result.stop_reason,
+        "seconds": round(result.seconds, 2),
+        "baseline": {"status": result.baseline.outcome.status, "log": result.baseline.outcome.log[:2000],
+                     "solution": result.baseline.candidate.solution.name},  # fmt: skip
+        "base_branch": None if result.base_branch is None else {
+            "status": result.base_branch.outcome.status,
+            "speedup_vs_head": result.base_branch.speedup,
+        },
+        "winner": None if w is None else {
+            "solution": w.candidate.solution.name,
+            "hash": w.candidate.key,
+            "note": w.candidate.note,
+            "params": dict(w.candidate.params),
+            "speedup": w.speedup,
+            "gamma": settings.gamma,
+            "workloads": list(w.per_workload),
+            "correctness": list(w.correctness),
+        },
+        "gates": [{"solution": g.candidate.solution.name, "passed": g.passed, "speedup": g.speedup,
+                   "reason": g.reason} for g in result.gates],  # fmt: skip
+        "curve": curve,
+    }
+
+
+def render_report(result: Result, settings: RunSettings) -> str:
+    data = summary(result, settings)
+    best_search = max((s for s in result.evaluated[1:] if s.outcome.passed), key=lambda s: s.speedup, default=None)
+    failures = [s for s in result.evaluated if not s.outcome.passed]
+    return _env().get_template("report.md.j2").render(
+        r=data,
+        result=result,
+        settings=settings,
+        best_search=best_search,
+        failures=failures[:10],
+        tolerance={d: result.target.tolerance.for_dtype(d) for d in
+                   sorted({o.dtype for o in result.target.definition.outputs.values()})},  # fmt: skip
+    )

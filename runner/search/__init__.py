@@ -1,0 +1,62 @@
+"""Search strategies: small functions over plain data, chosen by name from an explicit registry.
+
+A strategy gets the evaluated baseline, a ``propose`` callable (the programmer) and an ``evaluate``
+callable (the sandboxed evaluator behind the journal) and returns when the budget is spent or
+nothing new can be proposed. Failures are values (reward -2 / -3), never exceptions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..candidate import Candidate
+from ..evaluator import Outcome
+
+INCORRECT_REWARD = -2.0
+CRASH_REWARD = -3.0
+
+
+@dataclass(frozen=True)
+class Scored:
+    """An evaluated candidate."""
+
+    candidate: Candidate
+    """What was evaluated."""
+    outcome: Outcome
+    """What the evaluator found."""
+    speedup: float
+    """Geometric-mean speedup over the baseline across workloads; 0.0 when it failed."""
+
+    @property
+    def reward(self) -> float:
+        if self.outcome.passed:
+            return math.log(max(self.speedup, 1e-9))
+        if self.outcome.status.startswith("INCORRECT"):
+            return INCORRECT_REWARD
+        return CRASH_REWARD
+
+
+# propose(parent, mode, n) -> up to n new candidates (never ones already evaluated)
+Propose = Callable[[Scored, str, int], list[Candidate]]
+# evaluate(candidate) -> Scored, or None when the budget is spent
+Evaluate = Callable[[Candidate], "Scored | None"]
+Strategy = Callable[[Scored, Propose, Evaluate, int], None]
+
+
+def _strategies() -> dict[str, Strategy]:
+    from .greedy import greedy
+    from .mcts import mcts
+
+    return {"greedy": greedy, "mcts": mcts}
+
+
+STRATEGIES = ("mcts", "greedy")
+
+
+def get_strategy(name: str) -> Strategy:
+    table = _strategies()
+    if name not in table:
+        raise ValueError(f"unknown search strategy {name!r}; choose one of {', '.join(sorted(table))}")
+    return table[name]

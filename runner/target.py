@@ -1,0 +1,97 @@
+"""Target: one kernel to optimize, and how its candidates are judged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .trace import BuildSpec, Definition, Solution, SourceFile, Workload
+
+# Defaults per output dtype: (atol, rtol). Wider for low-precision types, where legitimate
+# reorderings (exp2 for exp, fused multiply-add) move the last bits.
+DEFAULT_TOLERANCE: Mapping[str, tuple[float, float]] = {
+    "float32": (1e-5, 1e-5),
+    "float16": (1e-3, 1e-3),
+    "bfloat16": (1e-2, 1e-2),
+    "float8_e4m3fn": (1e-1, 1e-1),
+    "float8_e5m2": (1e-1, 1e-1),
+    "float4_e2m1": (5e-1, 5e-1),
+}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Numerical tolerance; None means the dtype default (exact for integers and bool)."""
+
+    atol: float | None = None
+    """Absolute tolerance."""
+    rtol: float | None = None
+    """Relative tolerance."""
+
+    def for_dtype(self, dtype: str) -> tuple[float, float]:
+        atol, rtol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))
+        return (atol if self.atol is None else self.atol, rtol if self.rtol is None else self.rtol)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much search a target gets."""
+
+    evaluations: int = 24
+    """Candidate evaluations, the baseline included."""
+    minutes: float = 30.0
+    """Wall-clock limit for the whole search of this target."""
+    timeout_s: float = 120.0
+    """Wall-clock limit for one candidate's evaluation."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kernel: where it lives, what it computes, on which workloads it is judged."""
+
+    name: str
+    """Unique name inside the repository's .kernelpro.yml."""
+    language: str
+    """'triton' or 'cuda' (or 'python')."""
+    files: tuple[str, ...]
+    """Repository-relative paths of the kernel's source files (the Solution's sources)."""
+    entry_point: str
+    """'path/in/repo.py::function' called by the harness."""
+    definition: Definition
+    """What the kernel computes."""
+    workloads: tuple[Workload, ...]
+    """Workloads for GPU runs."""
+    cpu_workloads: tuple[Workload, ...] = ()
+    """Smaller workloads for CPU runs (Triton interpreter); the GPU ones are used when empty."""
+    destination_passing_style: bool = False
+    """True when the entry point takes its outputs as trailing arguments."""
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    """Numerical tolerance."""
+    budget: Budget = field(default_factory=Budget)
+    """Search budget."""
+    globs: tuple[str, ...] = ()
+    """Globs from the config whose changes select this target."""
+    flops: str | None = None
+    """Python expression over axis names: floating-point operations per call (roofline)."""
+    bytes: str | None = None
+    """Python expression over axis names: bytes that must move per call (roofline)."""
+
+    def workloads_for(self, device: str) -> tuple[Workload, ...]:
+        return self.workloads if device == "cuda" or not self.cpu_workloads else self.cpu_workloads
+
+    def solution(self, checkout: Path, name: str | None = None, author: str = "baseline") -> Solution:
+        """The kernel as it stands in a checkout: its files become the Solution's sources."""
+        sources = tuple(SourceFile(f, (checkout / f).read_text()) for f in self.files)
+        return Solution(
+            name=name or f"{self.name}-baseline",
+            definition=self.definition.name,
+            author=author,
+            spec=BuildSpec(
+                language=self.language,
+                target_hardware=("cuda",),
+                entry_point=self.entry_point,
+                destination_passing_style=self.destination_passing_style,
+            ),
+            sources=sources,
+        )
