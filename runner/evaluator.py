@@ -217,11 +217,17 @@ def traces(definition: Definition, solution: Solution, workloads: Sequence[Workl
         libs={k: str(v) for k, v in outcome.environment.get("libs", {}).items()},
     )
     by_uuid = {r.uuid: r for r in outcome.results}
+    first_bad = next((r for r in outcome.results if r.status != "PASSED"), None)
     out = []
     for w in workloads:
         r = by_uuid.get(w.uuid)
         status = r.status if r else (outcome.status if outcome.status != "PASSED" else "RUNTIME_ERROR")
-        log = r.log if r else (outcome.log or "not run: an earlier workload failed")
+        if r is not None:
+            log = r.log
+        elif first_bad is not None:
+            log = f"not run: workload {first_bad.uuid} failed first ({first_bad.status})"
+        else:
+            log = outcome.log or "not run"
         correctness = performance = None
         if status in ("PASSED", "INCORRECT_NUMERICAL") and r is not None:
             c = r.correctness or {}

@@ -85,7 +85,7 @@ def _build(solution: Mapping[str, Any], root: Path) -> Callable[..., Any]:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception:
+    except BaseException:  # SystemExit too: a module that exits at import does not build
         raise CandidateError("COMPILE_ERROR", _tail(traceback.format_exc())) from None
     fn = getattr(module, symbol, None)
     if not callable(fn):
@@ -170,7 +170,8 @@ def _compare(name: str, spec: Mapping[str, Any], got: Any, want: torch.Tensor,
         return "INCORRECT_SHAPE", {"output": name, "got": list(got.shape), "want": list(want.shape)}
     if got.dtype != _TORCH_DTYPES[spec["dtype"]]:
         return "INCORRECT_DTYPE", {"output": name, "got": str(got.dtype), "want": spec["dtype"]}
-    g, w = got.detach().double().cpu(), want.detach().double().cpu()
+    # On the tensor's own device: a 64M-element comparison on the host costs seconds per trial.
+    g, w = got.detach().double(), want.detach().to(got.device).double()
     if not got.dtype.is_floating_point:
         bad = int((g != w).sum())
         err = float((g - w).abs().max()) if g.numel() else 0.0
@@ -178,13 +179,15 @@ def _compare(name: str, spec: Mapping[str, Any], got: Any, want: torch.Tensor,
         return ("INCORRECT_NUMERICAL" if bad else None), stats
     finite_ref = torch.isfinite(w)
     diff = (g - w).abs()
-    diff = torch.where(finite_ref, diff, torch.where(g.eq(w) | (g.isnan() & w.isnan()), 0.0, math.inf))
+    same = g.eq(w) | (g.isnan() & w.isnan())
+    diff = torch.where(finite_ref, diff, torch.where(same, torch.zeros_like(diff), torch.full_like(diff, math.inf)))
     diff = torch.nan_to_num(diff, nan=math.inf)
     rel = diff / w.abs().clamp_min(1e-12)
     bound = atol + rtol * w.abs()
     mismatches = int((diff > torch.where(finite_ref, bound, torch.zeros_like(bound))).sum())
-    wn = float(torch.linalg.vector_norm(torch.where(finite_ref, w, 0.0)))
-    rel_l2 = float(torch.linalg.vector_norm(torch.where(finite_ref, diff, 0.0))) / max(wn, 1e-30)
+    zero = torch.zeros_like(w)
+    wn = float(torch.linalg.vector_norm(torch.where(finite_ref, w, zero)))
+    rel_l2 = float(torch.linalg.vector_norm(torch.where(finite_ref, diff, zero))) / max(wn, 1e-30)
     stats = {
         "max_abs": float(diff.max()) if diff.numel() else 0.0,
         "max_rel": float(rel.max()) if rel.numel() else 0.0,
@@ -219,7 +222,7 @@ def _verify(fn: Callable[..., Any], ref: Callable[..., Any], req: Mapping[str, A
                 got = _call(fn, mine, _poisoned_outputs(definition, workload["axes"], device), dps)
             if device == "cuda":
                 torch.cuda.synchronize()
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
             status = "COMPILE_ERROR" if _is_compile_error(exc) else "RUNTIME_ERROR"
             raise CandidateError(status, _tail(traceback.format_exc())) from None
         if len(got) != len(definition["outputs"]):
@@ -336,7 +339,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
             entry.update(status=e.status, log=e.log)
             if e.status == "INCORRECT_NUMERICAL":
                 entry["correctness"] = json.loads(e.log) if e.log.startswith("{") else {}
-        except Exception:
+        except BaseException:
             entry.update(status="RUNTIME_ERROR", log=_tail(traceback.format_exc()))
         result["workloads"].append(entry)
         if entry["status"] != "PASSED":

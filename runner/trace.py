@@ -450,6 +450,16 @@ def _finite_or_str(x: float) -> float | str:
     return x
 
 
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return _finite_or_str(value)
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class Correctness:
     """How close the outputs came to the reference."""
@@ -465,7 +475,7 @@ class Correctness:
         return _drop_none({
             "max_relative_error": _finite_or_str(self.max_relative_error),
             "max_absolute_error": _finite_or_str(self.max_absolute_error),
-            "extra": dict(self.extra) if self.extra is not None else None,
+            "extra": _json_safe(self.extra) if self.extra is not None else None,
         })  # fmt: skip
 
 
@@ -620,6 +630,7 @@ def append_jsonl(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None
 
     with open(path, "a", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+            # allow_nan=False: a bare NaN/Infinity is not JSON, and strict readers (jq, JS) reject it.
+            f.write(json.dumps(_json_safe(r), separators=(",", ":"), allow_nan=False) + "\n")
         f.flush()
         os.fsync(f.fileno())

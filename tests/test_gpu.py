@@ -1,0 +1,92 @@
+"""GPU tier: real Triton compiles and CUDA-event timings on an NVIDIA GPU (`pytest -m gpu`).
+
+These never run in CI (no GPU there). KERNELPRO_ARTIFACTS, when set, receives the demo's report
+and summary so a run on the GPU machine can be quoted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernelpro.cli import main
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (run on the GPU machine)"),
+]
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
+
+
+def _keep(path: Path) -> None:
+    dest = os.environ.get("KERNELPRO_ARTIFACTS")
+    if dest:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(dest) / path.name)
+
+
+def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    target = summary["targets"][0]
+    _keep(out / "report.md")
+    _keep(out / "summary.json")
+    assert target["device"] == "cuda" and target["gpu_timings"] is True
+    assert "H" in target["hardware"] or "NVIDIA" in target["hardware"]
+    winner = target["winner"]
+    assert winner is not None, target["stop_reason"]
+    assert winner["speedup"] >= winner["gamma"]
+    # Every gate row beat the baseline, and the published patch changes only the kernel file.
+    assert all(w["speedup"] >= winner["gamma"] for w in winner["workloads"])
+    patch = (out / "patch.diff").read_text()
+    assert patch.startswith("--- a/kernels/swiglu.py")
+    report = (out / "report.md").read_text()
+    assert "not GPU timings" not in report
+    assert "| workload | baseline ms" in report
+
+
+def _solution(tmp_path: Path, name: str, source: str) -> Path:
+    sol = {
+        "name": name, "definition": "swiglu_f32_h4096", "author": "test",
+        "spec": {"language": "triton", "target_hardware": ["cuda"], "entry_point": "kernels/swiglu.py::swiglu",
+                 "destination_passing_style": False},
+        "sources": [{"path": "kernels/swiglu.py", "content": source}],
+    }  # fmt: skip
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(sol))
+    return p
+
+
+def test_evaluate_statuses_on_the_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
+    wl = tmp_path / "w.jsonl"
+    wl.write_text(json.dumps({"axes": {"M": 256}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
+                              "uuid": "m256"}) + "\n")  # fmt: skip
+    definition = str(DEMO / "commit1" / "definitions" / "swiglu.json")
+    cases = [
+        ("wrong", src.replace("a * tl.sigmoid(a) * b", "a * b"), "INCORRECT_NUMERICAL"),
+        ("nocompile", src.replace("tl.sigmoid(a)", "tl.sigmoidd(a)"), "COMPILE_ERROR"),
+        ("oob", src.replace("mask=mask)\n    b =", "mask=mask)\n    b =").replace(
+            "tl.store(out_ptr + offsets, out, mask=mask)", "tl.store(out_ptr + offsets * 1000000, out)"), "RUNTIME_ERROR"),
+        ("good", src, "PASSED"),
+    ]  # fmt: skip
+    out = tmp_path / "t.jsonl"
+    for name, source, want in cases:
+        before = len(out.read_text().splitlines()) if out.exists() else 0
+        rc = main(["evaluate", "--definition", definition, "--solution", str(_solution(tmp_path, name, source)),
+                   "--workloads", str(wl), "--out", str(out), "--timeout", "240"])  # fmt: skip
+        assert rc == 0
+        line = json.loads(out.read_text().splitlines()[before])
+        assert line["evaluation"]["status"] == want, (name, line["evaluation"]["log"][-800:])
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["evaluation"]["performance"]["latency_ms"] > 0
+    assert last["evaluation"]["environment"]["hardware"].startswith("NVIDIA")
