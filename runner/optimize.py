@@ -251,11 +251,12 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
     (out_dir / "definition.json").write_text(dump_json(target.definition.to_json()))
     (out_dir / "workloads.jsonl").write_text(
         "".join(json.dumps(w.to_json()) + "\n" for w in target.workloads_for(device)))
-    (out_dir / "patch.diff").write_text(patch(target, head_checkout, best) if winner else "")
+    diff = patch(target, head_checkout, best) if winner else ""
+    (out_dir / "patch.diff").write_text(diff)
     from .report import render_report, summary
 
     (out_dir / "result.json").write_text(dump_json(summary(result, settings)))
-    (out_dir / "report.md").write_text(render_report(result, settings))
+    (out_dir / "report.md").write_text(render_report(result, settings, diff))
     return result
 
 

@@ -29,6 +29,17 @@ def _env() -> jinja2.Environment:
     return env
 
 
+def lineage(result: Result, key: str) -> list[str]:
+    """The strategy notes from the baseline down to a candidate, oldest first."""
+    by_key = {s.candidate.key: s.candidate for s in result.evaluated}
+    notes: list[str] = []
+    cand = by_key.get(key)
+    while cand is not None and cand.parent is not None:
+        notes.append(cand.note)
+        cand = by_key.get(cand.parent)
+    return notes[::-1]
+
+
 def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
     """Machine-readable facts for the bot and for tests (result.json)."""
     statuses = Counter(s.outcome.status for s in result.evaluated)
@@ -62,6 +73,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             "solution": w.candidate.solution.name,
             "hash": w.candidate.key,
             "note": w.candidate.note,
+            "lineage": lineage(result, w.candidate.key),
             "params": dict(w.candidate.params),
             "speedup": w.speedup,
             "gamma": settings.gamma,
@@ -74,7 +86,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
     }
 
 
-def render_report(result: Result, settings: RunSettings) -> str:
+def render_report(result: Result, settings: RunSettings, patch: str = "") -> str:
     data = summary(result, settings)
     best_search = max((s for s in result.evaluated[1:] if s.outcome.passed), key=lambda s: s.speedup, default=None)
     failures = [s for s in result.evaluated if not s.outcome.passed]
@@ -84,6 +96,9 @@ def render_report(result: Result, settings: RunSettings) -> str:
         settings=settings,
         best_search=best_search,
         failures=failures[:10],
+        axes={w.uuid: ", ".join(f"{k}={v}" for k, v in w.axes.items())
+              for w in result.target.workloads_for(result.device)},  # fmt: skip
+        patch=patch,
         tolerance={d: result.target.tolerance.for_dtype(d) for d in
                    sorted({o.dtype for o in result.target.definition.outputs.values()})},  # fmt: skip
     )

@@ -1,0 +1,493 @@
+"""The LLM programmer: asks any OpenAI-compatible endpoint (OpenAI, vLLM, gateways) for candidates.
+
+One chat completion per expansion asks for all n candidates as a JSON object; the answer is parsed
+robustly (JSON, a JSON object salvaged from a truncated or chatty answer, or fenced code blocks),
+and every file is checked against the parent's own source paths before it becomes a Candidate.
+A truncated answer is retried with twice the output budget, then once more with a request to be
+concise. Endpoint trouble never stops the search (the expansion just yields nothing), except a
+rejected key or an unknown model, which no retry can fix and which raise PluginError.
+
+The API key lives in the client only: it is never written into a prompt or a candidate.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import posixpath
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from ..candidate import Candidate
+from ..search import Scored
+from ..trace import Solution, SourceFile
+from . import Context, PluginError
+
+if TYPE_CHECKING:
+    from kernelpro.settings import Settings
+
+log = logging.getLogger(__name__)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MAX_TOKENS = 16384
+"""Output budget of the first request; a truncated answer is retried with twice as much."""
+DEFAULT_TIMEOUT_S = 600.0
+"""Per-request limit: a long answer from a large model takes minutes."""
+LOG_TAIL_CHARS = 4000
+"""How much of a failed parent's log goes into a debug prompt."""
+MAX_FILE_CHARS = 200_000
+"""Larger files from the model are refused (an answer is untrusted data)."""
+
+RESTART_MESSAGE = (
+    "Your previous answer was cut off. Restart, and answer concisely: propose {k} candidate{s}, "
+    "keep each strategy to one sentence, return only the files you change, keep comments short, "
+    "and write nothing outside the JSON object."
+)
+
+_LANGUAGE_NAMES = {"triton": "Triton", "cuda": "CUDA", "cpp": "C++/CUDA", "python": "Python",
+                   "tilelang": "TileLang"}  # fmt: skip
+_FENCE_LANG = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".cc": "cpp", ".h": "cpp",
+               ".hpp": "cpp"}  # fmt: skip
+# Info strings of fenced blocks that may hold the entry file, by its extension ("" = no tag).
+_FENCE_TAGS = {"python": {"python", "py", "python3", ""}, "cuda": {"cuda", "cu", "cpp", "c++", "c", ""},
+               "cpp": {"cpp", "c++", "cc", "c", "cuda", ""}}  # fmt: skip
+
+# Hopper facts for the prompt. Bandwidth and SM counts are the SXM parts' datasheet values.
+_HOPPER_COMMON = (
+    "Hopper (sm_90) has warpgroup MMA (wgmma) and the Tensor Memory Accelerator (TMA) for bulk async "
+    "global<->shared copies; up to 228 KB of shared memory per SM, 50 MB of L2.",
+)
+_HOPPER_TRITON = (
+    "In Triton, tl.dot lowers to wgmma when tiles are large enough (BLOCK_M >= 64, num_warps a multiple "
+    "of 4); num_stages pipelines the loads; recent Triton versions expose TMA through tensor descriptors.",
+)
+_HOPPER_CUDA = (
+    "In CUDA, reach wgmma and TMA through CuTe/CUTLASS or PTX (wgmma.mma_async, cp.async.bulk.tensor); "
+    "thread block clusters share distributed shared memory.",
+)
+_GPU_FACTS = {
+    "H200": "132 SMs, ~4.8 TB/s HBM3e (141 GB), ~989 dense BF16 TFLOP/s.",
+    "H100": "132 SMs (SXM; 114 on PCIe), ~3.35 TB/s HBM3 (80 GB; ~2 TB/s on PCIe), ~989 dense BF16 TFLOP/s.",
+}
+_MEMORY_BOUND = (
+    "A memory-bound kernel should approach the HBM bandwidth: wide coalesced loads (16 bytes per thread), "
+    "enough bytes in flight per SM, and a grid of several waves over all SMs (or a persistent grid).",
+)
+
+
+def gpu_hint(gpu_name: str, language: str) -> list[str]:
+    """Short GPU-aware notes for the prompt; empty for GPUs we have no notes about."""
+    upper = gpu_name.upper()
+    for key, facts in _GPU_FACTS.items():
+        if key in upper:
+            lang = _HOPPER_TRITON if language == "triton" else _HOPPER_CUDA if language in ("cuda", "cpp") else ()
+            return [f"{key}: {facts}", *_HOPPER_COMMON, *lang, *_MEMORY_BOUND]
+    return []
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def _fenced(text: str, lang: str = "") -> str:
+    """A Markdown code block that survives backticks inside the text."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    body = text if text.endswith("\n") else text + "\n"
+    return f"{fence}{lang}\n{body}{fence}"
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    root = resources.files("kernelpro.templates")
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: (root / name).read_text()),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["fenced"] = _fenced
+    return env
+
+
+def _ext(path: str) -> str:
+    return posixpath.splitext(path)[1].lower()
+
+
+def _log_tail(parent: Scored) -> str:
+    text = parent.outcome.log
+    if not text.strip():
+        text = next((r.log for r in parent.outcome.results if r.status != "PASSED" and r.log), "")
+    text = text.strip()
+    if len(text) > LOG_TAIL_CHARS:
+        text = "[...]\n" + text[-LOG_TAIL_CHARS:]
+    return text or "(the log is empty)"
+
+
+def build_messages(parent: Scored, mode: str, n: int, context: Context) -> list[ChatCompletionMessageParam]:
+    """The system and user messages for one request."""
+    target = context.target
+    base = parent.candidate.solution
+    language = base.spec.language
+    common = {
+        "language": language,
+        "language_name": _LANGUAGE_NAMES.get(language, language),
+        "entry_file": base.entry_file,
+        "entry_symbol": base.entry_symbol,
+        "paths": [s.path for s in base.sources],
+        "dps": base.spec.destination_passing_style,
+    }
+    workloads = target.workloads_for(context.device)
+    axes_of = {w.uuid: w.axes for w in (*target.workloads, *target.cpu_workloads)}
+    timings = [
+        {"axes": dict(axes_of.get(r.uuid, {"uuid": r.uuid})), "ms": r.timing.median_ms,
+         "ref_ms": r.reference_timing.median_ms if r.reference_timing else None}
+        for r in parent.outcome.results if r.timing is not None
+    ]  # fmt: skip
+    env = _env()
+    system = env.get_template("prompt_system.md.j2").render(**common)
+    user = env.get_template("prompt_user.md.j2").render(
+        **common,
+        mode=mode,
+        n=n,
+        status=parent.outcome.status,
+        log=_log_tail(parent) if mode == "debug" else "",
+        speedup=parent.speedup,
+        timings=timings,
+        device=context.device,
+        gpu_name=context.gpu_name,
+        hint=gpu_hint(context.gpu_name, language),
+        d=target.definition,
+        workloads=[dict(w.axes) for w in workloads],
+        entry_point=base.spec.entry_point,
+        files=[{"path": s.path, "content": s.content, "lang": _FENCE_LANG.get(_ext(s.path), "")}
+               for s in base.sources],  # fmt: skip
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One candidate as the model wrote it, before any check."""
+
+    strategy: str
+    """The model's one-line description of the idea."""
+    files: tuple[tuple[str, str], ...]
+    """(path as the model wrote it, full content) pairs."""
+
+
+_DECODER = json.JSONDecoder(strict=False)  # tolerate raw newlines inside strings
+
+
+def _loads(text: str) -> Any:
+    try:
+        return _DECODER.decode(text)
+    except ValueError:
+        return None
+
+
+def _json_payload(text: str) -> Any:
+    s = text.strip()
+    payload = _loads(s)
+    if payload is not None:
+        return payload
+    m = re.search(r"```(?:json)?[ \t]*\n(.*?)\n[ \t]*```", s, re.S)
+    if m and (payload := _loads(m.group(1))) is not None:
+        return payload
+    i, j = s.find("{"), s.rfind("}")
+    return _loads(s[i : j + 1]) if 0 <= i < j else None
+
+
+def _salvage(text: str) -> list[Any]:
+    """Complete candidate objects from a JSON answer that was cut off (or is otherwise broken)."""
+    out: list[Any] = []
+    end = 0
+    for m in re.finditer(r'\{\s*"(?:strategy|files)"', text):
+        if m.start() < end:
+            continue
+        try:
+            obj, end = _DECODER.raw_decode(text, m.start())
+        except ValueError:
+            continue
+        out.append(obj)
+    return out
+
+
+def _items(payload: Any) -> list[Any]:
+    if isinstance(payload, Mapping):
+        if isinstance(payload.get("candidates"), list):
+            return list(payload["candidates"])
+        if "files" in payload:
+            return [payload]
+    if isinstance(payload, list):
+        return payload
+    return []
+
+
+def _draft(item: Any) -> Draft | None:
+    if not isinstance(item, Mapping):
+        return None
+    strategy = item.get("strategy") or item.get("description") or ""
+    files = item.get("files")
+    pairs: list[tuple[str, str]] = []
+    if isinstance(files, Mapping):  # {"path": "content"}
+        pairs = [(k, v) for k, v in files.items() if isinstance(k, str) and isinstance(v, str)]
+    elif isinstance(files, list):
+        for f in files:
+            if isinstance(f, Mapping) and isinstance(f.get("path"), str) and isinstance(f.get("content"), str):
+                pairs.append((f["path"], f["content"]))
+    if not pairs:
+        return None
+    return Draft(str(strategy), tuple(pairs))
+
+
+_FENCE_RE = re.compile(r"^[ \t]*(`{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)\n[ \t]*\1[ \t]*$", re.S | re.M)
+
+
+def _prose_before(text: str, pos: int) -> str:
+    for line in reversed(text[:pos].splitlines()):
+        line = line.strip().strip("#*-: ").strip()
+        if line and not line.startswith("```"):
+            return line
+    return ""
+
+
+def _fenced_drafts(text: str, entry_file: str) -> list[Draft]:
+    tags = _FENCE_TAGS.get(_FENCE_LANG.get(_ext(entry_file), "python"), {""})
+    out = []
+    for m in _FENCE_RE.finditer(text):
+        if m.group(2).lower() in tags and m.group(3).strip():
+            out.append(Draft(_prose_before(text, m.start()), ((entry_file, m.group(3) + "\n"),)))
+    return out
+
+
+def parse_reply(text: str, entry_file: str) -> list[Draft]:
+    """Candidates from a model's answer: JSON first, then salvaged JSON objects, then fenced code
+    blocks (each one a candidate for the entry file)."""
+    drafts = [d for d in map(_draft, _items(_json_payload(text))) if d is not None]
+    if not drafts:
+        drafts = [d for d in map(_draft, _salvage(text)) if d is not None]
+    if not drafts:
+        drafts = _fenced_drafts(text, entry_file)
+    return drafts
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _defines(module: ast.Module, symbol: str) -> bool:
+    for node in module.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == symbol:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == symbol for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) == symbol for a in node.names
+        ):
+            return True
+    return False
+
+
+def _resolve_path(path: str, allowed: Sequence[str]) -> str | None:
+    p = posixpath.normpath(path.strip().replace("\\", "/"))
+    while p.startswith("./"):
+        p = p[2:]
+    if p in allowed:
+        return p
+    if "/" not in p:  # a bare file name, when exactly one source has it
+        hits = [a for a in allowed if posixpath.basename(a) == p]
+        return hits[0] if len(hits) == 1 else None
+    return None
+
+
+def _why_invalid(solution: Solution) -> str | None:
+    for src in solution.sources:
+        if len(src.content) > MAX_FILE_CHARS:
+            return f"{src.path} is larger than {MAX_FILE_CHARS} characters"
+        if _ext(src.path) != ".py":
+            continue
+        try:
+            module = ast.parse(src.content)
+        except SyntaxError as e:
+            return f"{src.path} is not valid Python ({e.msg}, line {e.lineno})"
+        if src.path == solution.entry_file and not _defines(module, solution.entry_symbol):
+            return f"{src.path} no longer defines the entry point {solution.entry_symbol!r}"
+    entry = solution.source(solution.entry_file)
+    if _ext(solution.entry_file) != ".py" and not re.search(rf"\b{re.escape(solution.entry_symbol)}\b", entry):
+        return f"{solution.entry_file} no longer mentions the entry point {solution.entry_symbol!r}"
+    return None
+
+
+# --------------------------------------------------------------------------- the programmer
+
+
+class LLMProgrammer:
+    """Writes candidates with a chat model behind an OpenAI-compatible endpoint."""
+
+    name = "llm"
+
+    def __init__(self, client: openai.OpenAI, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 temperature: float | None = None) -> None:  # fmt: skip
+        self.client = client
+        self.model = model
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        # Adapted once per endpoint when it rejects them (reasoning models, servers without JSON mode).
+        self._token_param = "max_tokens"
+        self._json_mode = True
+
+    # ---- one request
+
+    def _create(self, messages: list[ChatCompletionMessageParam], max_tokens: int) -> tuple[str, str | None]:
+        for _ in range(3):
+            kwargs: dict[str, Any] = {self._token_param: max_tokens}
+            if self._json_mode:
+                kwargs["response_format"] = {"type": "json_object"}
+            if self.temperature is not None:
+                kwargs["temperature"] = self.temperature
+            try:
+                resp = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
+            except openai.BadRequestError as e:
+                text = str(e)
+                if self._json_mode and "response_format" in text:
+                    log.info("llm: the endpoint has no JSON mode; asking without it")
+                    self._json_mode = False
+                    continue
+                if self._token_param == "max_tokens" and "max_completion_tokens" in text:
+                    log.info("llm: the model wants max_completion_tokens instead of max_tokens")
+                    self._token_param = "max_completion_tokens"
+                    continue
+                raise
+            if resp.usage is not None:
+                log.debug("llm: %s prompt + %s completion tokens", resp.usage.prompt_tokens,
+                          resp.usage.completion_tokens)  # fmt: skip
+            if not resp.choices:
+                return "", None
+            choice = resp.choices[0]
+            return choice.message.content or "", choice.finish_reason
+        raise AssertionError("unreachable")  # each retry above flips a flag that cannot flip back
+
+    def _fatal(self, e: openai.APIStatusError) -> PluginError | None:
+        where = str(self.client.base_url)
+        if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            return PluginError(
+                f"the LLM endpoint {where} rejected the API key ({e.status_code}: {e.message}). Fix: set "
+                "KERNELPRO_LLM_API_KEY (or OPENAI_API_KEY) to a key that this endpoint accepts, with access "
+                f"to the model {self.model!r}."
+            )
+        if isinstance(e, openai.NotFoundError):
+            return PluginError(
+                f"the LLM endpoint {where} answered 404 for model {self.model!r} ({e.message}). Fix: set "
+                "KERNELPRO_LLM_MODEL to a model that the endpoint serves, and KERNELPRO_LLM_BASE_URL to its "
+                "OpenAI-compatible base URL (it usually ends in /v1)."
+            )
+        return None
+
+    # ---- candidates
+
+    def _candidates(self, drafts: Sequence[Draft], parent: Scored, mode: str, n: int,
+                    context: Context) -> list[Candidate]:  # fmt: skip
+        base = parent.candidate.solution
+        paths = [s.path for s in base.sources]
+        out: list[Candidate] = []
+        keys = {parent.candidate.key}
+        for draft in drafts:
+            changes: dict[str, str] = {}
+            for path, content in draft.files:
+                resolved = _resolve_path(path, paths)
+                if resolved is None:
+                    log.warning("llm: dropped a candidate that writes %r, which is not one of %s", path, paths)
+                    changes = {}
+                    break
+                changes[resolved] = content
+            if not changes or not all(c.strip() for c in changes.values()):
+                continue
+            strategy = " ".join(draft.strategy.split())[:300] or "rewrite by the model"
+            sources = tuple(SourceFile(s.path, changes.get(s.path, s.content)) for s in base.sources)
+            draft_sol = Solution(base.name, base.definition, self.model, base.spec, sources)
+            why = _why_invalid(draft_sol)
+            if why is not None:
+                log.warning("llm: dropped a candidate (%s): %s", strategy, why)
+                continue
+            key = draft_sol.content_hash()
+            if key in keys or context.seen(key):
+                continue
+            keys.add(key)
+            sol = Solution(f"{context.target.name}-{key[:10]}", base.definition, self.model, base.spec, sources,
+                           description=strategy)  # fmt: skip
+            out.append(Candidate(sol, parent.candidate.key, mode, strategy,
+                                 {"model": self.model, "strategy": strategy}))  # fmt: skip
+            if len(out) >= n:
+                break
+        return out
+
+    def _attempts(self, messages: list[ChatCompletionMessageParam], n: int
+                  ) -> Iterator[tuple[list[ChatCompletionMessageParam], int]]:  # fmt: skip
+        yield messages, self.max_tokens
+        yield messages, 2 * self.max_tokens
+        k = max(1, (n + 1) // 2)
+        restart: ChatCompletionMessageParam = {
+            "role": "user", "content": RESTART_MESSAGE.format(k=k, s="" if k == 1 else "s")}  # fmt: skip
+        yield [*messages, restart], 2 * self.max_tokens
+
+    def propose(self, parent: Scored, mode: str, n: int, context: Context) -> list[Candidate]:
+        if n <= 0:
+            return []
+        messages = build_messages(parent, mode, n, context)
+        entry_file = parent.candidate.solution.entry_file
+        best: list[Candidate] = []
+        for i, (msgs, max_tokens) in enumerate(self._attempts(messages, n)):
+            try:
+                text, finish = self._create(msgs, max_tokens)
+            except openai.APIStatusError as e:
+                fatal = self._fatal(e)
+                if fatal is not None:
+                    raise fatal from e
+                log.warning("llm: %s answered %s (%s); no candidates from this expansion",
+                            self.client.base_url, e.status_code, e.message)  # fmt: skip
+                break
+            except openai.APIError as e:  # connection trouble, timeouts, malformed responses
+                log.warning("llm: request to %s failed (%s: %s); no candidates from this expansion",
+                            self.client.base_url, type(e).__name__, e)  # fmt: skip
+                break
+            found = self._candidates(parse_reply(text, entry_file), parent, mode, n, context)
+            if len(found) >= len(best):
+                best = found
+            if finish != "length":
+                if not found:
+                    log.warning("llm: the answer held no usable candidate (finish_reason=%s)", finish)
+                break
+            log.info("llm: answer %d was cut off at %d tokens; %s", i + 1, max_tokens,
+                     "retrying" if i < 2 else "giving up")  # fmt: skip
+        return best[:n]
+
+
+def make(settings: Settings) -> LLMProgrammer:
+    missing = []
+    if not settings.llm_model:
+        missing.append("KERNELPRO_LLM_MODEL (the model name)")
+    if not settings.llm_api_key:
+        missing.append("KERNELPRO_LLM_API_KEY or OPENAI_API_KEY (any non-empty value for a vLLM server "
+                       "started without --api-key)")  # fmt: skip
+    if missing:
+        raise PluginError(
+            "programmer 'llm' needs " + " and ".join(missing) + "; set KERNELPRO_LLM_BASE_URL as well for "
+            f"vLLM or a gateway (default: {OPENAI_BASE_URL}). Or use --programmer tuner, which needs no model."
+        )
+    assert settings.llm_model is not None
+    client = openai.OpenAI(base_url=settings.llm_base_url or OPENAI_BASE_URL, api_key=settings.llm_api_key,
+                           max_retries=2, timeout=DEFAULT_TIMEOUT_S)  # fmt: skip
+    return LLMProgrammer(client, settings.llm_model)

@@ -1,0 +1,197 @@
+"""The optimize loop end to end on the CPU (Triton interpreter), through the real CLI and real git."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import git
+import pytest
+
+from kernelpro.cli import main, make_demo_repo
+
+
+@pytest.fixture(autouse=True)
+def _cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One greedy run of the demo with a small budget, shared by the assertions below."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KERNELPRO_DEVICE", "cpu")
+    mp.setenv("KERNELPRO_PROGRESS", "0")
+    root = tmp_path_factory.mktemp("demo")
+    repo = make_demo_repo(root / "repo")
+    out = root / "out"
+    try:
+        rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                   "--budget", "4", "--search", "greedy"])  # fmt: skip
+    finally:
+        mp.undo()
+    assert rc == 0
+    return repo, out
+
+
+def test_demo_run_writes_every_artifact(demo: tuple[Path, Path]) -> None:
+    _, out = demo
+    t = out / "swiglu"
+    for name in ("report.md", "trace.jsonl", "journal.jsonl", "solution.json", "patch.diff", "result.json"):
+        assert (t / name).stat().st_size > 0, name
+    assert (out / "report.md").read_text().startswith("# kernelpro report: `swiglu`")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"] == "base branch"
+
+
+def test_journal_has_one_line_per_evaluation(demo: tuple[Path, Path]) -> None:
+    _, out = demo
+    lines = [json.loads(x) for x in (out / "swiglu" / "journal.jsonl").read_text().splitlines()]
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    assert [x["index"] for x in lines] == list(range(len(lines)))
+    assert len(lines) == result["evaluations"] == 4
+    assert len({x["key"] for x in lines}) == len(lines), "identical sources were evaluated twice"
+    assert lines[0]["candidate"]["parent"] is None
+    assert all(x["candidate"]["parent"] for x in lines[1:])
+
+
+def test_winner_is_verified_and_its_patch_applies(demo: tuple[Path, Path], tmp_path: Path) -> None:
+    repo, out = demo
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    winner = result["winner"]
+    assert winner is not None, result["stop_reason"]
+    assert winner["speedup"] >= winner["gamma"]
+    assert all(w["speedup"] >= winner["gamma"] for w in winner["workloads"])
+    assert all(c["trials"] == 5 for c in winner["correctness"])
+    report = (out / "swiglu" / "report.md").read_text()
+    assert "These timings are not GPU timings" in report
+    # The patch is against the PR head and touches only the kernel file.
+    patch = (out / "patch.diff").read_text()
+    assert patch.startswith("--- a/kernels/swiglu.py\n+++ b/kernels/swiglu.py\n")
+    clone = tmp_path / "clone"
+    git.Repo.clone_from(str(repo), str(clone))
+    subprocess.run(["git", "apply", "--check", str(out / "patch.diff")], cwd=clone, check=True)
+    solution = json.loads((out / "swiglu" / "solution.json").read_text())
+    assert solution["sources"][0]["content"] != (clone / "kernels/swiglu.py").read_text()
+
+
+def test_trace_has_a_line_per_workload_per_evaluation(demo: tuple[Path, Path]) -> None:
+    _, out = demo
+    lines = [json.loads(x) for x in (out / "swiglu" / "trace.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 * 2
+    assert {x["definition"] for x in lines} == {"swiglu_f32_h4096"}
+    assert all(x["evaluation"]["environment"]["hardware"] == "cpu_triton_interpreter" for x in lines)
+
+
+def test_rerun_resumes_from_the_journal(demo: tuple[Path, Path], tmp_path: Path) -> None:
+    repo, out = demo
+    copy = tmp_path / "out"
+    subprocess.run(["cp", "-r", str(out), str(copy)], check=True)
+    journal = copy / "swiglu" / "journal.jsonl"
+    before = journal.read_text().splitlines()
+    # A run killed mid-write leaves a torn last line; it is skipped, the rest is reused.
+    journal.write_text("\n".join(before) + "\n" + before[-1][: len(before[-1]) // 2] + "\n")
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(copy),
+               "--budget", "5", "--search", "greedy"])  # fmt: skip
+    assert rc == 0
+    result = json.loads((copy / "swiglu" / "result.json").read_text())
+    assert result["resumed_from_journal"] == 4
+    assert result["evaluations"] == 5
+    after = [x for x in journal.read_text().splitlines() if x.strip()]
+    # The four earlier evaluations, the torn line, and exactly one new evaluation.
+    assert after[:4] == before
+    assert len(after) == 6
+
+
+def _kernel_repo(tmp_path: Path, kernel: str, reference: str = "a + b") -> Path:
+    repo = git.Repo.init(tmp_path / "r", initial_branch="main")
+    root = Path(repo.working_dir)
+    (root / ".kernelpro.yml").write_text(f"""
+targets:
+  - name: add
+    files: ["k.py"]
+    language: triton
+    entry_point: k.py::add
+    definition:
+      op_type: elementwise
+      axes: {{N: {{type: var}}}}
+      inputs: {{a: {{shape: [N], dtype: float32}}, b: {{shape: [N], dtype: float32}}}}
+      outputs: {{out: {{shape: [N], dtype: float32}}}}
+      reference: "def run(a, b):\\n    return {reference}\\n"
+    workloads: [{{N: 300}}]
+    budget: {{evaluations: 3}}
+""")
+    repo.git.add(A=True)
+    repo.index.commit("config")
+    (root / "k.py").write_text(kernel)
+    repo.git.add(A=True)
+    repo.index.commit("kernel")
+    return root
+
+
+TORCH_ADD = "import torch\n\ndef add(a, b):\n    return a + b\n"
+
+
+def test_nothing_to_tune_means_the_baseline_stands(tmp_path: Path) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD)
+    out = tmp_path / "out"
+    assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out)]) == 0
+    result = json.loads((out / "add" / "result.json").read_text())
+    assert result["winner"] is None
+    assert result["stop_reason"] == "the programmer had nothing new to propose"
+    assert (out / "patch.diff").read_text() == ""
+    assert json.loads((out / "add" / "solution.json").read_text())["sources"][0]["content"] == TORCH_ADD
+    assert "The pull request's kernel stands" in (out / "report.md").read_text()
+
+
+def test_a_wrong_baseline_is_reported_not_optimized(tmp_path: Path) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD.replace("a + b", "a - b"))
+    out = tmp_path / "out"
+    assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out)]) == 0
+    result = json.loads((out / "add" / "result.json").read_text())
+    assert result["winner"] is None and result["evaluations"] == 1
+    assert result["baseline"]["status"] == "INCORRECT_NUMERICAL"
+    assert "fails verification (INCORRECT_NUMERICAL)" in (out / "report.md").read_text()
+
+
+def test_unchanged_kernels_are_not_optimized(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD)
+    out = tmp_path / "out"
+    assert main(["optimize", "--repo", str(repo), "--base", "HEAD", "--head", "HEAD", "--out", str(out)]) == 0
+    assert "No configured kernel changed" in capsys.readouterr().out
+    assert not (out / "add").exists()
+
+
+def test_unknown_kernel_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD)
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "o"),
+               "--kernel", "nope"])  # fmt: skip
+    assert rc == 2
+    assert "unknown kernel 'nope'; known: add" in capsys.readouterr().err
+
+
+def test_not_a_repository_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["optimize", "--repo", str(tmp_path), "--base", "a", "--head", "b", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "not a git repository" in err
+
+
+def test_unknown_ref_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD)
+    rc = main(["optimize", "--repo", str(repo), "--base", "no-such-branch", "--head", "HEAD", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "unknown ref 'no-such-branch'" in capsys.readouterr().err
+
+
+def test_check_config_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD)
+    assert main(["check-config", str(repo)]) == 0
+    assert "valid, 1 target(s)" in capsys.readouterr().out
+    cfg = repo / ".kernelpro.yml"
+    cfg.write_text(cfg.read_text().replace("language: triton", "language: trition"))
+    assert main(["check-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert ".kernelpro.yml:5:" in err and "Fix:" in err
