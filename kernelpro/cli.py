@@ -144,6 +144,11 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
         trace_all = out / "trace.jsonl"
         trace_all.write_text("")
         for target in targets:
+            missing = [f for f in target.files if not (co.head / f).exists()]
+            if missing:
+                print(f"{target.name}: skipped, {', '.join(missing)} not in the head commit (deleted or renamed?); "
+                      "update its sources in .kernelpro.yml")  # fmt: skip
+                continue
             t_out = out / target.name
             base_solution = None
             if all((co.base / f).exists() for f in target.files):
@@ -164,7 +169,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
             with trace_all.open("a") as f:
                 f.write((t_out / "trace.jsonl").read_text())
             w = result.winner
-            verdict = (f"verified speedup {w.speedup:.2f}x ({w.candidate.note})" if w
+            verdict = (f"verified speedup {w.speedup:.2f}x ({'; then '.join(summaries[-1]['winner']['lineage'])})" if w
                        else f"the pull request's kernel stands ({result.stop_reason})")  # fmt: skip
             print(f"{target.name}: {verdict}; {len(result.evaluated)} evaluations in {result.seconds:.0f} s")
     (out / "report.md").write_text("\n\n---\n\n".join(reports))

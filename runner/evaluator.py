@@ -85,6 +85,8 @@ class Outcome:
     """Import/compile time."""
     wall_seconds: float = 0.0
     """Whole child-process time."""
+    phases: Mapping[str, float] = field(default_factory=dict)
+    """Seconds by stage inside the child: startup (imports, CUDA init), verify, time."""
     timestamp: str = ""
     """When it finished (ISO 8601, UTC)."""
 
@@ -115,7 +117,7 @@ class Outcome:
             solution_hash=d["solution_hash"], status=d["status"], results=results,
             environment=d.get("environment", {}), log=d.get("log", ""),
             build_seconds=d.get("build_seconds", 0.0), wall_seconds=d.get("wall_seconds", 0.0),
-            timestamp=d.get("timestamp", ""),
+            phases=d.get("phases", {}), timestamp=d.get("timestamp", ""),
         )  # fmt: skip
 
 
@@ -206,6 +208,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         log=failed.log if failed else "",
         build_seconds=build["seconds"],
         wall_seconds=child.seconds,
+        phases=res.get("phases", {}),
         timestamp=_now(),
     )
 

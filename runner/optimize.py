@@ -18,7 +18,7 @@ from typing import Any
 from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
-from .programmers import Context, Programmer
+from .programmers import Context, PluginError, Programmer
 from .search import Scored, get_strategy
 from .target import Target
 from .trace import Solution, Trace, Workload, append_jsonl, dump_json
@@ -208,11 +208,22 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     context = Context(target=target, seen=lambda k: any(s.candidate.key == k for s in evaluated), device=device,
                       gpu_name=str(baseline.outcome.environment.get("hardware", "")))  # fmt: skip
 
+    halted: list[str] = []
+
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
-        return programmer.propose(parent, mode, n, context)
+        if halted:
+            return []
+        try:
+            return programmer.propose(parent, mode, n, context)
+        except PluginError as e:
+            # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
+            halted.append(str(e))
+            return []
 
     get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step)
-    if len(evaluated) < budget and time.perf_counter() <= deadline:
+    if halted:
+        stop = f"the programmer failed: {halted[0]}"
+    elif len(evaluated) < budget and time.perf_counter() <= deadline:
         stop = "the programmer had nothing new to propose"
     elif time.perf_counter() > deadline:
         stop = f"time budget of {target.budget.minutes:g} min spent"

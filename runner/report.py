@@ -83,6 +83,13 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "gates": [{"solution": g.candidate.solution.name, "passed": g.passed, "speedup": g.speedup,
                    "reason": g.reason} for g in result.gates],  # fmt: skip
         "curve": curve,
+        # Where the time went, summed over search evaluations (the gate's are not included).
+        "seconds_by_stage": {
+            "child_wall": round(sum(s.outcome.wall_seconds for s in result.evaluated), 2),
+            **{k: round(sum(s.outcome.phases.get(k, 0.0) for s in result.evaluated), 2)
+               for k in ("startup", "verify", "time")},
+            "build": round(sum(s.outcome.build_seconds for s in result.evaluated), 2),
+        },
     }
 
 

@@ -195,3 +195,56 @@ def test_check_config_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["check-config", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert ".kernelpro.yml:5:" in err and "Fix:" in err
+
+
+def test_llm_programmer_end_to_end_through_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--programmer llm` against a local OpenAI-compatible server: its candidate is verified and wins."""
+    from fake_openai import API_KEY, FakeOpenAI, ok
+
+    repo = make_demo_repo(tmp_path / "repo")
+    src = (repo / "kernels/swiglu.py").read_text()
+    faster = src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = 1024").replace("num_warps=8", "num_warps=4")
+    wrong = src.replace("a * tl.sigmoid(a) * b", "a * b")
+    answer = {"candidates": [
+        {"strategy": "bigger blocks", "files": [{"path": "kernels/swiglu.py", "content": faster}]},
+        {"strategy": "drop the gate", "files": [{"path": "kernels/swiglu.py", "content": wrong}]},
+    ]}  # fmt: skip
+    fake = FakeOpenAI().start()
+    try:
+        fake.script(ok(json.dumps(answer)), ok(json.dumps({"candidates": []})))
+        monkeypatch.setenv("KERNELPRO_LLM_BASE_URL", fake.url)
+        monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
+        out = tmp_path / "out"
+        rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                   "--programmer", "llm", "--search", "greedy", "--budget", "3"])  # fmt: skip
+    finally:
+        fake.stop()
+    assert rc == 0
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    assert result["statuses"] == {"PASSED": 2, "INCORRECT_NUMERICAL": 1}
+    assert result["winner"] is not None and result["winner"]["note"] == "bigger blocks"
+    # The key went to the endpoint only: never into a prompt.
+    assert all(API_KEY not in r.text() for r in fake.requests)
+    assert "BLOCK_SIZE = 64" in fake.requests[0].text()
+
+
+def test_llm_bad_key_stops_the_search_and_keeps_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_openai import FakeOpenAI
+
+    repo = make_demo_repo(tmp_path / "repo")
+    fake = FakeOpenAI().start()
+    try:
+        monkeypatch.setenv("KERNELPRO_LLM_BASE_URL", fake.url)
+        monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("KERNELPRO_LLM_API_KEY", "wrong-key")
+        out = tmp_path / "out"
+        rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                   "--programmer", "llm", "--budget", "3"])  # fmt: skip
+    finally:
+        fake.stop()
+    assert rc == 0
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    assert result["winner"] is None and result["evaluations"] == 1
+    assert result["stop_reason"].startswith("the programmer failed:")
+    assert "KERNELPRO_LLM_API_KEY" in result["stop_reason"] or "key" in result["stop_reason"].lower()

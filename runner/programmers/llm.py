@@ -74,7 +74,8 @@ _HOPPER_CUDA = (
     "In CUDA, reach wgmma and TMA through CuTe/CUTLASS or PTX (wgmma.mma_async, cp.async.bulk.tensor); "
     "thread block clusters share distributed shared memory.",
 )
-_GPU_FACTS = {
+_GPU_FACTS = {  # first match wins: GH200 before H200
+    "GH200": "132 SMs, ~4 TB/s HBM3 (96 GB) or ~4.9 TB/s HBM3e (144 GB), ~989 dense BF16 TFLOP/s.",
     "H200": "132 SMs, ~4.8 TB/s HBM3e (141 GB), ~989 dense BF16 TFLOP/s.",
     "H100": "132 SMs (SXM; 114 on PCIe), ~3.35 TB/s HBM3 (80 GB; ~2 TB/s on PCIe), ~989 dense BF16 TFLOP/s.",
 }
