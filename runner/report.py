@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from kernelpro import __version__
+from kernelpro.templates import environment
 
 if TYPE_CHECKING:
     from .optimize import Result, RunSettings
 
 
 def _env() -> jinja2.Environment:
-    root = resources.files("kernelpro.templates")
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: (root / name).read_text()),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["ms"] = lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}"
-    env.filters["x"] = lambda x: f"{x:.2f}x"
-    return env
+    return environment({"ms": lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}", "x": lambda x: f"{x:.2f}x"})
 
 
 def lineage(result: Result, key: str) -> list[str]:

@@ -20,12 +20,13 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 import openai
 from openai.types.chat import ChatCompletionMessageParam
+
+from kernelpro.templates import environment
 
 from ..candidate import Candidate
 from ..search import Scored
@@ -108,17 +109,7 @@ def _fenced(text: str, lang: str = "") -> str:
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    root = resources.files("kernelpro.templates")
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: (root / name).read_text()),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["fenced"] = _fenced
-    return env
+    return environment({"fenced": _fenced})
 
 
 def _ext(path: str) -> str:
