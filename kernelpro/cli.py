@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -102,13 +103,14 @@ def _progress(settings: Settings, total: int, label: str) -> Any:
 
 
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
-                 budget: int | None, programmer_name: str, search: str) -> int:  # fmt: skip
+                 budget: int | None, programmer_name: str, search: str, feedback: str = "tools") -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
     from kernelpro.runner.optimize import RunSettings, optimize
     from kernelpro.runner.programmers import load as load_programmer
     from kernelpro.runner.search import get_strategy
+    from kernelpro.runner.tools import load_tool_file
     from kernelpro.workspace import checkouts
 
     get_strategy(search)
@@ -129,6 +131,10 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                 print(config_snippet(kernels))
             return 0
         config = load_config(config_path, config_path.parent)
+        # Only the base branch's tools run: they execute in this process, outside the sandbox.
+        extra_tools = tuple(t for f in config.tools for t in load_tool_file(f)) if config_note == "base branch" else ()
+        if config.tools and not extra_tools:
+            print("The repository's own tools are ignored: they are not on the base branch.")
         targets = [config.target(kernel)] if kernel else config.targets_for(changed)
         if not targets:
             print(f"No configured kernel changed between {base} and {head} ({len(changed)} files changed).")
@@ -156,7 +162,8 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                     base_solution = target.solution(co.base, name=f"{target.name}-base-branch")
                 except (OSError, ValueError):
                     base_solution = None
-            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device))
+            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
+                             extra_tools=extra_tools)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
@@ -181,7 +188,84 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
-                        budget=args.budget, programmer_name=args.programmer, search=args.search)  # fmt: skip
+                        budget=args.budget, programmer_name=args.programmer, search=args.search,
+                        feedback=args.feedback)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- tools, analyze
+
+
+def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
+    from kernelpro.runner.tools import registry
+
+    tools = registry()
+    rows = [{"name": t.name, "source": t.source, "required": list(t.required), "thresholds": dict(t.thresholds),
+             "affinity": sorted(t.affinity), "energy_only": t.energy_only, "description": t.description}
+            for t in tools]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print("| tool | source | affinity | thresholds | description |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        th = ", ".join(f"{k} {v:g}" for k, v in r["thresholds"].items())
+        aff = ", ".join(r["affinity"]) + (" (energy only)" if r["energy_only"] else "")
+        print(f"| {r['name']} | {r['source']} | {aff} | {th} | {r['description']} |")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
+    import subprocess
+
+    from kernelpro.runner.profile import Profile
+    from kernelpro.runner.profile.ncu import parse_csv
+    from kernelpro.runner.profile.sass import SassError, disassemble, parse_sass, uses_cublas
+    from kernelpro.runner.profile.timeline import summarize
+    from kernelpro.runner.roofline import measured_class
+    from kernelpro.runner.tools import render, run_tools
+
+    if not (args.ncu_csv or args.ncu_rep or args.cubin or args.so or args.timeline or args.sass):
+        raise UsageError("give at least one of --ncu-csv, --ncu-rep, --cubin, --so, --sass, --timeline")
+    kernels: list[Any] = []
+    if args.ncu_csv:
+        kernels = parse_csv(Path(args.ncu_csv).read_text())
+    if args.ncu_rep:
+        from kernelpro.runner.profile.ncu import find_ncu
+
+        ncu = find_ncu()
+        if ncu is None:
+            raise UsageError("--ncu-rep needs Nsight Compute's ncu to read the report; export it where ncu exists "
+                             "with `ncu --import F --csv --page raw > F.csv` and pass --ncu-csv")  # fmt: skip
+        p = subprocess.run([ncu, "--import", args.ncu_rep, "--csv", "--page", "raw"], capture_output=True, text=True)
+        kernels = parse_csv(p.stdout)
+    if (args.ncu_csv or args.ncu_rep) and not kernels:
+        raise UsageError("no kernel found in the ncu output: was it written with --csv (--page raw or --metrics)?")
+    sass = None
+    binary = args.cubin or args.so
+    if binary:
+        try:
+            stats = parse_sass(disassemble(Path(binary)))
+        except SassError as e:
+            raise UsageError(str(e)) from None
+        sass = replace(stats, uses_cublas=uses_cublas(Path(binary))) if args.so else stats
+    elif args.sass:
+        sass = parse_sass(Path(args.sass).read_text())
+    timeline = None
+    if args.timeline:
+        data = json.loads(Path(args.timeline).read_text())
+        events = data["events"] if isinstance(data, dict) else data
+        calls = int(data.get("calls", 1)) if isinstance(data, dict) else 1
+        timeline = summarize(events, calls)
+    profile = Profile(tuple(kernels), sass, timeline)
+    bottleneck = args.bottleneck or measured_class(profile)[0] or "unknown"
+    analysis = run_tools(profile, bottleneck, energy=args.energy)
+    if args.json:
+        print(json.dumps({"bottleneck": bottleneck, "ran": list(analysis.ran), "skipped": dict(analysis.skipped),
+                          "findings": [f.to_json() for f in analysis.findings]}, indent=2))  # fmt: skip
+    else:
+        print(f"Bottleneck: {bottleneck}" + ("" if args.bottleneck else " (from ncu throughput)"))
+        print(render(analysis, profile, "tools"))
+    return 0
 
 
 # --------------------------------------------------------------------------- demo
@@ -249,7 +333,28 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--budget", type=int, help="evaluations per target (default: the target's budget)")
     o.add_argument("--programmer", default="tuner", choices=sorted(REGISTRY), help="who writes candidates")
     o.add_argument("--search", default="mcts", choices=STRATEGIES, help="search strategy (default mcts)")
+    o.add_argument("--feedback", default="tools", choices=("none", "raw", "tools"),
+                   help="profiling feedback to the programmer: none, raw metrics, or tool findings (default)")
     o.set_defaults(fn=cmd_optimize)
+
+    tl = sub.add_parser("tools", help="the micro-profiling tools")
+    tl_sub = tl.add_subparsers(dest="tools_command", required=True)
+    tll = tl_sub.add_parser("list", help="every registered tool with its source, thresholds and affinity")
+    tll.add_argument("--json", action="store_true", help="machine-readable output")
+    tll.set_defaults(fn=cmd_tools)
+
+    a = sub.add_parser("analyze", help="findings from saved profiler outputs; no GPU needed")
+    a.add_argument("--ncu-csv", help="ncu --csv output (--page raw or --metrics)")
+    a.add_argument("--ncu-rep", help="an .ncu-rep report (needs ncu installed to read it)")
+    a.add_argument("--cubin", help="a cubin to disassemble (cuobjdump)")
+    a.add_argument("--so", help="a shared object to disassemble; also checks for cuBLAS (nm -D)")
+    a.add_argument("--sass", help="saved cuobjdump --dump-sass text")
+    a.add_argument("--timeline", help="events recorded by kernelpro's timeline collector (JSON)")
+    a.add_argument("--bottleneck", choices=("compute", "memory", "latency", "mixed"),
+                   help="Stage 1 class to filter tools by (default: from ncu throughput)")
+    a.add_argument("--energy", action="store_true", help="also run the energy-only tools")
+    a.add_argument("--json", action="store_true", help="machine-readable output")
+    a.set_defaults(fn=cmd_analyze)
 
     d = sub.add_parser("demo", help="optimize the bundled example repository end to end")
     d.add_argument("--out", default="kernelpro-demo", help="results directory (default ./kernelpro-demo)")

@@ -27,7 +27,7 @@ from .trace import Definition, FormatError, Workload, load_json, load_workloads
 CONFIG_NAME = ".kernelpro.yml"
 VERSIONS = (1,)
 CONFIG_LANGUAGES = ("triton", "cuda", "python")
-TOP_KEYS = ("version", "targets")
+TOP_KEYS = ("version", "targets", "tools")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes",
@@ -80,6 +80,9 @@ class Config:
     """Schema version (1)."""
     targets: tuple[Target, ...]
     """The kernels, in file order."""
+    tools: tuple[Path, ...] = ()
+    """The repository's own micro-profiling tools: Python files defining TOOLS = (ProfilingTool(...), ...).
+    Read from the base branch only, since they run in kernelpro's own process."""
 
     def targets_for(self, changed_paths: Iterable[str]) -> list[Target]:
         """Targets any of whose globs match any of the changed repository-relative paths."""
@@ -151,6 +154,7 @@ class _Parser:
         self.filename = filename
         self.repo_root = repo_root
         self.errors: list[tuple[int, str]] = []
+        self.tools: list[Path] = []
         self._c = SafeConstructor()
 
     # -- helpers
@@ -293,6 +297,14 @@ class _Parser:
                 self.err(
                     vn, "version", f"unsupported version {v!r}", f"set `version: {VERSIONS[-1]}`"
                 )
+        if "tools" in top:
+            tnode = top["tools"][1]
+            items = self.str_list(tnode, "tools", "list Python files, e.g. tools: [kernelpro_tools.py]") or []
+            for n, text in items:
+                if self.rel_path(n, "tools", text):
+                    f = self.repo_file(n, "tools", text)
+                    if f is not None:
+                        self.tools.append(f)
         if "targets" not in top:
             return version, []
         tn = top["targets"][1]
@@ -670,7 +682,7 @@ def parse_config(text: str, filename: str, repo_root: Path) -> Config:
         raise ConfigError(msg for _, msg in sorted(p.errors, key=lambda e: e[0]))
     path = Path(filename)
     return Config(path=path if path.is_absolute() else Path(repo_root) / path, version=version,
-                  targets=tuple(targets))  # fmt: skip
+                  targets=tuple(targets), tools=tuple(p.tools))  # fmt: skip
 
 
 def load_config(path: Path, repo_root: Path | None = None) -> Config:
@@ -693,4 +705,4 @@ def load_config(path: Path, repo_root: Path | None = None) -> Config:
             f"{name}:1: not UTF-8 text ({e.reason}). Fix: save the file as UTF-8."
         ) from None
     cfg = parse_config(text, name, root)
-    return Config(path=path, version=cfg.version, targets=cfg.targets)
+    return Config(path=path, version=cfg.version, targets=cfg.targets, tools=cfg.tools)

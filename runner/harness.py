@@ -318,6 +318,36 @@ def _environment(device: str) -> dict[str, Any]:
     return {"hardware": hardware, "libs": libs}
 
 
+def _profile(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """One warm-up call (JIT compile, autotune), then one call inside cudaProfilerStart/Stop, so an
+    ncu started with --profile-from-start off sees the candidate's kernels and nothing of ours."""
+    workload = req["workloads"][0]
+    dps = req["solution"]["spec"].get("destination_passing_style", True)
+    inputs = _make_inputs(req["definition"], workload, 1, device)
+    outputs = _poisoned_outputs(req["definition"], workload["axes"], device)
+    with torch.no_grad():
+        _call(fn, inputs, outputs, dps)
+        torch.cuda.synchronize()
+        cudart = torch.cuda.cudart()
+        cudart.cudaProfilerStart()
+        _call(fn, inputs, outputs, dps)
+        torch.cuda.synchronize()
+        cudart.cudaProfilerStop()
+    return {"profiled": workload["uuid"]}
+
+
+def _timeline(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
+    from kernelpro.runner.profile.timeline import record
+
+    workload = req["workloads"][0]
+    dps = req["solution"]["spec"].get("destination_passing_style", True)
+    inputs = _make_inputs(req["definition"], workload, 1, device)
+    outputs = _poisoned_outputs(req["definition"], workload["axes"], device)
+    with torch.no_grad():
+        events = record(lambda: _call(fn, inputs, outputs, dps), repeats=5, warmup=2)
+    return {"events": events, "calls": 5}
+
+
 def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     device = req["device"]
     result: dict[str, Any] = {"environment": _environment(device), "workloads": []}
@@ -328,6 +358,13 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
         result["build"] = {"status": "OK", "log": "", "seconds": time.perf_counter() - t0}
     except CandidateError as e:
         result["build"] = {"status": e.status, "log": e.log, "seconds": time.perf_counter() - t0}
+        return result
+    mode = req.get("mode", "evaluate")
+    if mode in ("profile", "timeline"):
+        try:
+            result[mode] = (_profile if mode == "profile" else _timeline)(fn, req, device)
+        except BaseException:
+            result[mode] = {"error": _tail(traceback.format_exc())}
         return result
     ref = _reference(req["definition"])
     dps = req["solution"]["spec"].get("destination_passing_style", True)

@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,13 @@ from typing import Any
 from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
+from .profile import Profile
+from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
+from .roofline import ReferenceAnalysis, analyze_reference, default_ceilings
 from .search import Scored, get_strategy
 from .target import Target
+from .tools import Analysis, ProfilingTool, registry, render, run_tools
 from .trace import Solution, Trace, Workload, append_jsonl, dump_json
 
 
@@ -42,6 +46,12 @@ class RunSettings:
     """How many of the best candidates the gate tries, in rank order."""
     evaluation: EvalSettings = field(default_factory=EvalSettings)
     """Evaluator settings for search evaluations."""
+    feedback: str = "tools"
+    """What profiling reaches the programmer: none | raw (metrics only) | tools (findings + metrics)."""
+    profiling: ProfileSettings = field(default_factory=ProfileSettings)
+    """What is collected when a candidate is profiled (GPU only)."""
+    extra_tools: tuple[ProfilingTool, ...] = ()
+    """The repository's own tools (from its base branch)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,12 @@ class Result:
     """Wall time of the run."""
     journal_resumed: int
     """Evaluations read back from an earlier run's journal."""
+    stage1: ReferenceAnalysis | None = None
+    """Roofline classification of the pull request's kernel (GPU runs)."""
+    analyses: Mapping[str, tuple[Profile, Analysis]] = field(default_factory=dict)
+    """Candidate key -> its profile and Stage 2 findings (the baseline and each new best)."""
+    profile_seconds: float = 0.0
+    """Time spent profiling."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -104,7 +120,7 @@ def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload,
 
 
 def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
-          s: RunSettings) -> GateResult:  # fmt: skip
+          s: RunSettings, floors: Mapping[str, float] | None = None) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
     # drift in clocks or load affects both.
     es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50))
@@ -115,7 +131,7 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
         return GateResult(cand, False, 0.0, (), f"{c.status} on more seeds: {c.log[:300]}")
-    rows = []
+    rows: list[dict[str, Any]] = []
     ok = True
     logs = []
     for w in workloads:
@@ -135,6 +151,11 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
     speed = math.exp(sum(logs) / len(logs))
     reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"
+    # Faster than physics allows means the measurement or the check was fooled: never publish it.
+    impossible = [w.uuid for w, r in zip(workloads, rows, strict=True)
+                  if floors and floors.get(w.uuid) and float(r["candidate_ms"]) < 0.9 * floors[w.uuid]]  # fmt: skip
+    if impossible:
+        ok, reason = False, f"faster than the roofline allows on {', '.join(impossible)}: flagged, not published"
     return GateResult(cand, ok, speed, tuple(rows), reason, correctness)
 
 
@@ -200,21 +221,67 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
                        head_checkout, settings)  # fmt: skip
 
+    analyses: dict[str, tuple[Profile, Analysis]] = {}
+    tools = registry(settings.extra_tools)
+    stage1 = None
+    prof_time = [0.0]
+
+    def profile(cand: Candidate) -> None:
+        if device != "cuda" or settings.feedback == "none" or cand.key in analyses:
+            return
+        prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling)
+        prof_time[0] += secs
+        bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
+        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
+        append_jsonl(out_dir / "profiles.jsonl", [{"key": cand.key, "seconds": round(secs, 2), "notes": list(prof.notes),
+                                                  "findings": [f.to_json() for f in analyses[cand.key][1].findings]}])  # fmt: skip
+
+    if device == "cuda":
+        dtypes = [t.dtype for t in (*target.definition.inputs.values(), *target.definition.outputs.values())]
+        base_prof = None
+        if settings.feedback != "none":
+            base_prof, secs = profile_candidate(target.definition, baseline_cand.solution, workloads, es, settings.profiling)
+            prof_time[0] += secs
+        stage1 = analyze_reference(
+            target.definition, workloads, flops=target.flops, nbytes=target.bytes,
+            ceilings=default_ceilings(str(baseline.outcome.environment.get("hardware", "")), dtypes),
+            measured_ms={w.uuid: baseline.outcome.latency(w.uuid) for w in workloads}, profile=base_prof,
+        )  # fmt: skip
+        if base_prof is not None:
+            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
+
     def bounded_eval(cand: Candidate) -> Scored | None:
         if len(evaluated) >= budget or time.perf_counter() > deadline:
             return None
-        return record(cand, run_eval(cand))
+        before = state["best"]
+        scored = record(cand, run_eval(cand))
+        if scored.outcome.passed and scored.speedup > before:
+            profile(cand)  # findings on each new best steer the next proposals
+        return scored
+
+    def feedback_for(key: str | None) -> tuple[str, tuple]:
+        # The parent's own analysis, else its nearest profiled ancestor's.
+        by_key = {x.candidate.key: x.candidate for x in evaluated}
+        while key is not None and key not in analyses:
+            c = by_key.get(key)
+            key = c.parent if c is not None else None
+        if key is None:
+            return "", ()
+        prof, analysis = analyses[key]
+        return render(analysis, prof, settings.feedback), analysis.findings
 
     context = Context(target=target, seen=lambda k: any(s.candidate.key == k for s in evaluated), device=device,
-                      gpu_name=str(baseline.outcome.environment.get("hardware", "")))  # fmt: skip
+                      gpu_name=str(baseline.outcome.environment.get("hardware", "")),
+                      bottleneck=stage1.bottleneck if stage1 is not None else "unknown")  # fmt: skip
 
     halted: list[str] = []
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
         if halted:
             return []
+        text, findings = feedback_for(parent.candidate.key)
         try:
-            return programmer.propose(parent, mode, n, context)
+            return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings))
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             halted.append(str(e))
@@ -231,14 +298,17 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0), key=lambda s: -s.speedup)
     gates: list[GateResult] = []
     winner = None
+    floors = {b.uuid: b.floor_ms for b in stage1.workloads if b.floor_ms} if stage1 is not None else None
     for s in ranked[: settings.gate_top]:
-        g = _gate(target, baseline_cand, s.candidate, workloads, settings)
+        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors)
         gates.append(g)
         if g.passed:
             winner = g
             break
+    if winner is not None:
+        profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
-                   out_dir, head_checkout, settings)  # fmt: skip
+                   out_dir, head_checkout, settings, stage1, analyses, prof_time[0])  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -253,9 +323,10 @@ def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
 
 def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Scored], winner: GateResult | None,
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
-            out_dir: Path, head_checkout: Path, settings: RunSettings) -> Result:  # fmt: skip
+            out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
+            analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    time.perf_counter() - t0, resumed)  # fmt: skip
+                    time.perf_counter() - t0, resumed, stage1, dict(analyses or {}), profile_seconds)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -10,6 +10,8 @@ import jinja2
 from kernelpro import __version__
 from kernelpro.templates import environment
 
+from .tools import render
+
 if TYPE_CHECKING:
     from .optimize import Result, RunSettings
 
@@ -72,6 +74,11 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "gates": [{"solution": g.candidate.solution.name, "passed": g.passed, "speedup": g.speedup,
                    "reason": g.reason} for g in result.gates],  # fmt: skip
         "curve": curve,
+        "feedback": settings.feedback,
+        "stage1": _stage1(result),
+        "baseline_analysis": _analysis(result, result.baseline.candidate.key),
+        "winner_analysis": _analysis(result, w.candidate.key if w else None),
+        "profile_seconds": round(result.profile_seconds, 2),
         # Where the time went, summed over search evaluations (the gate's are not included).
         "seconds_by_stage": {
             "child_wall": round(sum(s.outcome.wall_seconds for s in result.evaluated), 2),
@@ -80,6 +87,29 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             "build": round(sum(s.outcome.build_seconds for s in result.evaluated), 2),
         },
     }
+
+
+def _stage1(result: Result) -> dict[str, Any] | None:
+    a = result.stage1
+    if a is None:
+        return None
+    return {
+        "bottleneck": a.bottleneck, "theory": a.theory, "measured": a.measured, "agree": a.agree, "note": a.note,
+        "compute_pct": a.compute_pct, "memory_pct": a.memory_pct,
+        "ceilings": None if a.ceilings is None else {"gpu": a.ceilings.gpu, "bandwidth_gbs": a.ceilings.bandwidth_gbs,
+                                                    "flops_tflops": a.ceilings.flops_tflops, "source": a.ceilings.source},
+        "workloads": [{"uuid": b.uuid, "axes": dict(b.axes), "flops": b.flops, "bytes": b.bytes, "intensity": b.intensity,
+                       "floor_ms": b.floor_ms, "baseline_ms": b.measured_ms, "pct_of_roofline": b.pct_of_roofline,
+                       "max_speedup": b.max_speedup} for b in a.workloads],
+    }  # fmt: skip
+
+
+def _analysis(result: Result, key: str | None) -> dict[str, Any] | None:
+    if key is None or key not in result.analyses:
+        return None
+    prof, analysis = result.analyses[key]
+    return {"findings": [f.to_json() for f in analysis.findings], "ran": list(analysis.ran), "notes": list(prof.notes),
+            "text": render(analysis, prof, "tools")}  # fmt: skip
 
 
 def render_report(result: Result, settings: RunSettings, patch: str = "") -> str:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ class ChildResult:
 
 
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
-              cache_dir: Path | None = None) -> ChildResult:  # fmt: skip
+              cache_dir: Path | None = None, wrapper: Sequence[str] = ()) -> ChildResult:  # fmt: skip
+    """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself)."""
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
@@ -60,7 +61,8 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         if cache_dir is not None:
             # Compiled kernels are keyed by their source hash; sharing the cache skips recompiles.
             extra["TRITON_CACHE_DIR"] = str(cache_dir)
-        cmd = [sys.executable, "-m", "kernelpro.runner.harness", str(work / "request.json"), str(work / "result.json")]
+        cmd = [*wrapper, sys.executable, "-m", "kernelpro.runner.harness",
+               str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,

@@ -51,6 +51,12 @@ def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys)
     report = (out / "report.md").read_text()
     assert "not GPU timings" not in report
     assert "| workload | baseline ms" in report
+    # Stage 1 and Stage 2 ran on real counters: an elementwise fp32 kernel is memory-bound.
+    assert target["stage1"]["theory"] == "memory"
+    assert "## Stage 1: roofline" in report and "## Automated Bottleneck Analysis" in report
+    profiles = [json.loads(x) for x in (out / "swiglu" / "profiles.jsonl").read_text().splitlines()]
+    assert profiles and all(p["seconds"] <= 15.0 for p in profiles), [p["seconds"] for p in profiles]
+    assert not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
 
 
 def _solution(tmp_path: Path, name: str, source: str) -> Path:
@@ -90,3 +96,24 @@ def test_evaluate_statuses_on_the_gpu(tmp_path, monkeypatch):
     last = json.loads(out.read_text().splitlines()[-1])
     assert last["evaluation"]["performance"]["latency_ms"] > 0
     assert last["evaluation"]["environment"]["hardware"].startswith("NVIDIA")
+
+
+def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.profiler import profile_candidate
+    from kernelpro.runner.tools import run_tools
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
+    sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+    prof, secs = profile_candidate(d, sol, [Workload.make(d, {"M": 4096})], EvalSettings(device="cuda"))
+    assert secs <= 15.0, secs
+    assert prof.notes == (), prof.notes
+    assert prof.main is not None and prof.main.name.startswith("_swiglu_kernel")
+    assert prof.metric("launch__registers_per_thread") is not None
+    assert prof.sass is not None and prof.sass.global_load_bits.get(128, 0) == 0  # 64-element blocks: scalar loads
+    assert prof.timeline is not None and prof.timeline.kernel_launches >= 1
+    analysis = run_tools(prof, "memory")
+    assert analysis.ran, analysis.skipped

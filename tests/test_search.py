@@ -95,3 +95,22 @@ def test_rewards_follow_the_paper() -> None:
 def test_unknown_strategy_names_the_choices() -> None:
     with pytest.raises(ValueError, match="choose one of greedy, mcts"):
         get_strategy("beam")
+
+
+def test_tuner_puts_the_moves_findings_ask_for_first() -> None:
+    from pathlib import Path
+
+    from kernelpro.runner.programmers import Context
+    from kernelpro.runner.programmers.tuner import Tuner
+    from kernelpro.runner.target import Target
+    from kernelpro.runner.tools import Finding
+
+    src = (Path(__file__).parents[1] / "examples/demo/commit2/kernels/swiglu.py").read_text()
+    sol = Solution("s", "d", "t", BuildSpec("triton", ("cuda",), "k.py::swiglu"), (SourceFile("k.py", src),))
+    parent = Scored(Candidate(sol, None, "init", "base"), Outcome("k", "PASSED", ()), 1.0)
+    target = Target("t", "triton", ("k.py",), "k.py::swiglu", None, ())  # type: ignore[arg-type]
+    spills = Finding("register_spills", "high", "spills", {}, "too many live values", ("shrink the tile",))
+    plain = Tuner().propose(parent, "optimize", 1, Context(target, lambda k: False, "cuda"))
+    guided = Tuner().propose(parent, "optimize", 1, Context(target, lambda k: False, "cuda", findings=(spills,)))
+    assert "BLOCK_SIZE 64->128" in plain[0].note  # no findings: grow the tile first
+    assert "BLOCK_SIZE 64->32" in guided[0].note  # spills: shrink it first

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..candidate import Candidate
@@ -29,6 +29,12 @@ class Context:
     """'cuda' or 'cpu'."""
     gpu_name: str = ""
     """Marketing name of the GPU, for prompts."""
+    bottleneck: str = "unknown"
+    """Stage 1 class of the kernel (compute | memory | latency | mixed | unknown)."""
+    feedback: str = ""
+    """Profiler feedback on the parent, already rendered for a prompt (empty when feedback is off)."""
+    findings: tuple[Any, ...] = ()
+    """The parent's Findings (runner.tools.Finding), severity-ordered, for programmers that act on them."""
 
 
 class Programmer(Protocol):

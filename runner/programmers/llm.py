@@ -160,6 +160,8 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context) -> list[
         gpu_name=context.gpu_name,
         hint=gpu_hint(context.gpu_name, language),
         d=target.definition,
+        feedback=context.feedback,
+        bottleneck=context.bottleneck,
         workloads=[dict(w.axes) for w in workloads],
         entry_point=base.spec.entry_point,
         files=[{"path": s.path, "content": s.content, "lang": _FENCE_LANG.get(_ext(s.path), "")}

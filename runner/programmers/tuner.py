@@ -16,9 +16,35 @@ from ..trace import Solution, SourceFile
 from . import Context
 from .knobs import Knob, KnobError, apply_knobs, find_knobs
 
-# The paper's finding -> transformation table shrinks, for launch parameters alone, to an order:
-# bigger tiles amortise per-program overhead first, then warps match the tile, then pipelining.
+# Without findings: bigger tiles amortise per-program overhead first, then warps match the tile,
+# then pipelining.
 _KIND_ORDER = {"block": 0, "num_warps": 1, "num_stages": 2}
+
+# A finding -> the launch-parameter moves that address it, most direct first: (knob kind, direction).
+# Scalar or uncoalesced loads and launch overhead want more work per program; register pressure and
+# spills want smaller tiles or more warps to spread them; shared-memory-limited occupancy wants
+# fewer pipeline stages; memory-latency stalls want deeper pipelining and more warps in flight.
+FINDING_MOVES: dict[str, tuple[tuple[str, int], ...]] = {
+    "vectorization": (("block", +1), ("num_warps", -1)),
+    "memory_coalescing": (("block", +1),),
+    "launch_overhead": (("block", +1),),
+    "kernel_count_fusion": (("block", +1),),
+    "occupancy": (("num_warps", +1), ("block", -1), ("num_stages", -1)),
+    "high_register_usage": (("block", -1), ("num_warps", +1)),
+    "register_spills": (("block", -1), ("num_warps", +1), ("num_stages", -1)),
+    "shared_bank_conflicts": (("block", -1),),
+    "warp_stall": (("num_stages", +1), ("num_warps", +1)),
+    "barrier_stall": (("num_warps", -1),),
+}
+
+
+def _guided_order(findings: tuple[object, ...]) -> list[tuple[str, int]]:
+    order: list[tuple[str, int]] = []
+    for f in findings:
+        for move in FINDING_MOVES.get(str(getattr(f, "tool", "")), ()):
+            if move not in order:
+                order.append(move)
+    return order
 
 
 @dataclass(frozen=True)
@@ -62,7 +88,8 @@ class Tuner:
             sources.append(SourceFile(src.path, content))
         return Solution(solution.name, solution.definition, "kernelpro-tuner", solution.spec, tuple(sources))
 
-    def _moves(self, knobs: list[_FileKnob], mode: str, seed: str) -> list[dict[str, int]]:
+    def _moves(self, knobs: list[_FileKnob], mode: str, seed: str,
+               findings: tuple[object, ...] = ()) -> list[dict[str, int]]:  # fmt: skip
         current = {fk.key: fk.knob.value for fk in knobs}
         ordered = sorted(knobs, key=lambda fk: (_KIND_ORDER.get(fk.knob.kind, 9), fk.key))
         moves: list[dict[str, int]] = []
@@ -72,15 +99,26 @@ class Tuner:
             for _ in range(64):
                 moves.append({fk.key: rng.choice(fk.knob.choices) for fk in knobs})
             return moves
-        for fk in ordered:
+
+        def step(fk: _FileKnob, direction: int) -> dict[str, int] | None:
             choices = list(fk.knob.choices)
             i = choices.index(fk.knob.value) if fk.knob.value in choices else 0
+            j = i + direction
+            return {**current, fk.key: choices[j]} if 0 <= j < len(choices) else None
+
+        # Moves the findings ask for come first, in the findings' severity order.
+        if mode == "optimize":
+            for kind, direction in _guided_order(findings):
+                for fk in ordered:
+                    m = step(fk, direction) if fk.knob.kind == kind else None
+                    if m is not None and m not in moves:
+                        moves.append(m)
+        for fk in ordered:
             # Repairs shrink first (most launch failures are resource limits); optimizations grow first.
-            steps = (-1, +1) if mode == "debug" else (+1, -1)
-            for step in steps:
-                j = i + step
-                if 0 <= j < len(choices):
-                    moves.append({**current, fk.key: choices[j]})
+            for direction in (-1, +1) if mode == "debug" else (+1, -1):
+                m = step(fk, direction)
+                if m is not None and m not in moves:
+                    moves.append(m)
         return moves
 
     def propose(self, parent: Scored, mode: str, n: int, context: Context) -> list[Candidate]:
@@ -90,7 +128,7 @@ class Tuner:
             return []
         out: list[Candidate] = []
         keys: set[str] = set()
-        for settings in self._moves(knobs, mode, parent.candidate.key):
+        for settings in self._moves(knobs, mode, parent.candidate.key, context.findings):
             sol = self._apply(base, knobs, settings)
             if sol is None:
                 continue

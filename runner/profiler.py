@@ -1,0 +1,112 @@
+"""Collect a Profile for one candidate: ncu, SASS and the launch timeline, in launches of their own.
+
+Profiling never shares a process with timing: ncu replays kernels and torch.profiler adds
+overhead, so each runs in its own sandboxed child. Whatever cannot be collected (no ncu, counters
+not permitted, no cuobjdump) becomes a note in the Profile, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .evaluator import EvalSettings, _request
+from .profile import Profile, SassStats
+from .sandbox import run_child, scrubbed_env
+from .target import Tolerance
+from .trace import Definition, Solution, Workload
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """What to collect."""
+
+    ncu: bool = True
+    """Run Nsight Compute."""
+    sass: bool = True
+    """Disassemble the candidate's binaries."""
+    timeline: bool = True
+    """Record the launch timeline with torch.profiler."""
+    timeout_s: float = 180.0
+    """Limit for each profiling child."""
+
+
+def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
+         ps: ProfileSettings, cache: Path) -> tuple[list, list[str]]:  # fmt: skip
+    from .profile.ncu import METRICS, NCU_MISSING, find_ncu, notes_for, parse_csv
+
+    ncu = find_ncu()
+    if ncu is None:
+        return [], [NCU_MISSING]
+    with tempfile.TemporaryDirectory(prefix="kernelpro-ncu-") as tmp:
+        rep = Path(tmp) / "rep"
+        wrapper = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
+                   "-f", "-o", str(rep)]  # fmt: skip
+        req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
+        child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache, wrapper=wrapper)
+        report = rep.with_suffix(".ncu-rep")
+        if child.status != "OK" or not report.exists():
+            # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix.
+            return [], notes_for(child.log, 1) or [f"ncu run failed ({child.status}): {child.log.strip()[-300:]}"]
+        p = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw"], capture_output=True, text=True,
+                           timeout=ps.timeout_s, env=scrubbed_env({"HOME": tmp}))  # fmt: skip
+        kernels = parse_csv(p.stdout)
+        if not kernels:
+            return [], [f"ncu recorded no kernel of the candidate ({p.stderr.strip()[-200:]})"]
+        return kernels, []
+
+
+def _sass(cache: Path) -> tuple[SassStats | None, list[str]]:
+    from .profile.sass import SassError, disassemble, find_cuobjdump, parse_sass, triton_cubins
+
+    cubins = triton_cubins(cache)
+    if not cubins:
+        return None, ["no cubin found for SASS analysis (not a Triton kernel, or nothing was compiled)"]
+    tool = find_cuobjdump()
+    if tool is None:
+        return None, ["cuobjdump not found: no SASS analysis"]
+    try:
+        return parse_sass("\n".join(disassemble(c, tool) for c in cubins)), []
+    except SassError as e:
+        return None, [f"SASS analysis failed: {e}"]
+
+
+def _timeline(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
+              ps: ProfileSettings, cache: Path) -> tuple[object | None, list[str]]:  # fmt: skip
+    from .profile.timeline import summarize
+
+    req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "timeline"}
+    child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache)
+    data = (child.result or {}).get("timeline", {})
+    if child.status != "OK" or "events" not in data:
+        return None, [f"timeline failed ({child.status}): {(data.get('error') or child.log).strip()[-300:]}"]
+    return summarize(data["events"], int(data["calls"])), []
+
+
+def profile_candidate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
+                      es: EvalSettings, ps: ProfileSettings = ProfileSettings()) -> tuple[Profile, float]:  # fmt: skip
+    """Profile on the largest workload (the one where the kernel's own behaviour dominates)."""
+    t0 = time.perf_counter()
+    if es.device != "cuda":
+        return Profile(notes=("no GPU: no profiling",)), 0.0
+    workload = max(workloads, key=lambda w: sum(w.axes.values()))
+    es = replace(es, cache_dir=None)
+    notes: list[str] = []
+    kernels: list = []
+    sass = timeline = None
+    with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
+        cache = Path(tmp) / "triton-cache"  # fresh, so every cubin in it is this candidate's
+        if ps.ncu:
+            kernels, n = _ncu(definition, solution, workload, es, ps, cache)
+            notes += n
+        if ps.timeline:
+            timeline, n = _timeline(definition, solution, workload, es, ps, cache)
+            notes += n
+        if ps.sass:
+            sass, n = _sass(cache)
+            notes += n
+    return Profile(tuple(kernels), sass, timeline, tuple(notes)), time.perf_counter() - t0  # type: ignore[arg-type]

@@ -1,0 +1,228 @@
+"""Micro-profiling tools: expert heuristics that turn profiler evidence into ranked directives.
+
+Each tool is the paper's 5-tuple (name, required metrics, thresholds, trigger, analyze) held in a
+record, plus the profiler it reads and the bottleneck classes it is relevant to. Tools are listed in
+an explicit registry (``REGISTRY``); a repository adds its own from its base branch through
+``.kernelpro.yml`` (``load_tool_file``). ``run_tools`` is the proactive orchestrator: every tool
+whose affinity matches the Stage 1 class runs, and the findings come back severity-ordered.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..profile import Profile
+
+SEVERITIES = ("critical", "high", "medium", "low")
+SOURCES = ("ncu", "sass", "timeline")
+CLASSES = ("compute", "memory", "latency", "mixed")
+ALL_CLASSES = frozenset(CLASSES)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis, in the form the programmer and the report consume."""
+
+    tool: str
+    """Name of the tool that produced it."""
+    severity: str
+    """critical | high | medium | low."""
+    title: str
+    """One line: what is wrong."""
+    evidence: Mapping[str, Any]
+    """The metric values that triggered it, by name."""
+    root_cause: str
+    """Why the bottleneck exists."""
+    recommendations: tuple[str, ...]
+    """Ranked fixes, best first."""
+    expected_gain: str = ""
+    """Estimated improvement if the first recommendation is applied (e.g. 'up to 1.4x')."""
+    code_example: str | None = None
+    """A short snippet showing the fix."""
+    source: str = ""
+    """Profiler the evidence came from (ncu | sass | timeline)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tool": self.tool, "severity": self.severity, "title": self.title, "evidence": dict(self.evidence),
+                "root_cause": self.root_cause, "recommendations": list(self.recommendations),
+                "expected_gain": self.expected_gain, "code_example": self.code_example, "source": self.source}  # fmt: skip
+
+
+Analyze = Callable[[Profile, Mapping[str, float]], "Finding | None"]
+Trigger = Callable[[Profile, Mapping[str, float]], bool]
+
+
+@dataclass(frozen=True)
+class ProfilingTool:
+    """A micro-profiling tool: the paper's 5-tuple plus where its evidence comes from."""
+
+    name: str
+    """Unique name, e.g. 'warp_stall'."""
+    source: str
+    """ncu | sass | timeline."""
+    required: tuple[str, ...]
+    """Metrics (canonical ncu names) or record fields it reads; it is skipped when they are missing."""
+    thresholds: Mapping[str, float]
+    """Named thresholds (e.g. {'high': 40, 'critical': 60}); a repository may override them."""
+    trigger: Trigger
+    """Whether the pattern is present."""
+    analyze: Analyze
+    """The diagnosis; None when, on closer look, there is nothing to say."""
+    affinity: frozenset[str] = ALL_CLASSES
+    """Stage 1 classes it runs for (compute, memory, latency, mixed)."""
+    energy_only: bool = False
+    """Runs only when energy is an objective: the pattern costs energy but its latency is hidden."""
+    description: str = ""
+    """One line for `kernelpro tools list`."""
+
+    def available(self, profile: Profile) -> bool:
+        if self.source == "sass":
+            return profile.sass is not None
+        if self.source == "timeline":
+            return profile.timeline is not None
+        main = profile.main
+        return main is not None and all(main.get(m) is not None for m in self.required)
+
+    def run(self, profile: Profile) -> Finding | None:
+        if not self.available(profile) or not self.trigger(profile, self.thresholds):
+            return None
+        return self.analyze(profile, self.thresholds)
+
+
+def _builtin() -> tuple[ProfilingTool, ...]:
+    from . import energy, ncu, sass, timeline
+
+    return (*ncu.TOOLS, *sass.TOOLS, *timeline.TOOLS, *energy.TOOLS)
+
+
+class ToolError(ValueError):
+    """A repository's tool file is broken; the message names the file and the fix."""
+
+
+def load_tool_file(path: Path) -> tuple[ProfilingTool, ...]:
+    """A repository's own tools: a Python file (from the base branch) defining TOOLS = (...)."""
+    spec = importlib.util.spec_from_file_location(f"kernelpro_user_tools_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ToolError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise ToolError(f"{path}: importing it failed ({type(e).__name__}: {e}); fix the file on the base branch") from e
+    tools = getattr(module, "TOOLS", None)
+    if not isinstance(tools, (tuple, list)) or not all(isinstance(t, ProfilingTool) for t in tools):
+        raise ToolError(f"{path}: define TOOLS = (ProfilingTool(...), ...) at module level")
+    return tuple(tools)
+
+
+def registry(extra: Iterable[ProfilingTool] = ()) -> tuple[ProfilingTool, ...]:
+    tools = (*_builtin(), *extra)
+    names = [t.name for t in tools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ToolError(f"tool names used twice: {', '.join(dupes)}; rename the repository's tools")
+    return tools
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The Stage 2 output for one candidate."""
+
+    bottleneck: str
+    """The Stage 1 class the tools were filtered by."""
+    findings: tuple[Finding, ...]
+    """Severity-ordered."""
+    ran: tuple[str, ...] = ()
+    """Tools that ran (matched the class and had their evidence)."""
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """Tool -> why it did not run."""
+
+
+def run_tools(profile: Profile, bottleneck: str, tools: Iterable[ProfilingTool] | None = None,
+              *, energy: bool = False) -> Analysis:  # fmt: skip
+    """Proactive orchestration: run every relevant tool, deterministically."""
+    findings: list[Finding] = []
+    ran: list[str] = []
+    skipped: dict[str, str] = {}
+    for tool in tools if tools is not None else registry():
+        if tool.energy_only and not energy:
+            skipped[tool.name] = "energy is not an objective"
+        elif bottleneck in CLASSES and bottleneck not in tool.affinity:
+            skipped[tool.name] = f"not relevant to a {bottleneck}-bound kernel"
+        elif not tool.available(profile):
+            skipped[tool.name] = f"no {tool.source} evidence"
+        else:
+            ran.append(tool.name)
+            f = tool.run(profile)
+            if f is not None:
+                findings.append(f if f.source else Finding(**{**f.__dict__, "source": tool.source}))
+    findings.sort(key=lambda f: SEVERITIES.index(f.severity) if f.severity in SEVERITIES else len(SEVERITIES))
+    return Analysis(bottleneck, tuple(findings), tuple(ran), skipped)
+
+
+# Metrics shown under the findings, by category, as the paper's prompt does (and alone in "raw" mode).
+METRIC_CATEGORIES: Mapping[str, tuple[str, ...]] = {
+    "compute": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__issue_active.avg.pct_of_peak_sustained_active",
+                "smsp__inst_executed.sum"),
+    "memory": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum", "dram__bytes_write.sum",
+               "l1tex__t_sector_hit_rate.pct", "lts__t_sector_hit_rate.pct"),
+    "occupancy": ("sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
+                  "launch__registers_per_thread", "launch__block_size", "launch__grid_size"),
+    "stalls": ("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+               "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+               "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"),
+}  # fmt: skip
+
+FEEDBACK_MODES = ("none", "raw", "tools")
+
+
+def _metrics_block(profile: Profile) -> list[str]:
+    main = profile.main
+    if main is None:
+        return []
+    lines = []
+    for category, names in METRIC_CATEGORIES.items():
+        vals = [f"{n} = {main.get(n):g}" for n in names if main.get(n) is not None]
+        if vals:
+            lines.append(f"- {category}: " + "; ".join(vals))
+    return lines
+
+
+def render(analysis: Analysis | None, profile: Profile | None, mode: str = "tools") -> str:
+    """Markdown for prompts and reports: findings (severity-ordered), then metrics by category."""
+    if mode == "none" or profile is None:
+        return ""
+    out: list[str] = []
+    if mode == "tools" and analysis is not None:
+        for i, f in enumerate(analysis.findings, 1):
+            evidence = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in f.evidence.items())
+            out.append(f"{i}. **[{f.severity}] {f.title}** ({f.tool}, {f.source}): {evidence}")
+            out.append(f"   - Root cause: {f.root_cause}")
+            for j, r in enumerate(f.recommendations, 1):
+                out.append(f"   - Fix {j}: {r}")
+            if f.expected_gain:
+                out.append(f"   - Expected: {f.expected_gain}")
+        if not analysis.findings:
+            out.append(f"No tool found a problem ({len(analysis.ran)} tools ran for a {analysis.bottleneck}-bound kernel).")
+    metrics = _metrics_block(profile)
+    if metrics:
+        out += ["", "Metrics (ncu):", *metrics]
+    t = profile.timeline
+    if t is not None:
+        out += ["", f"Timeline per call: {t.kernel_launches} kernel launch(es), {t.kernel_us:.1f} us in kernels of "
+                    f"{t.wall_us:.1f} us, launch overhead {t.launch_overhead_pct:.0f} %, {t.syncs} sync(s), "
+                    f"{t.gaps} gap(s) over {t.gap_threshold_us:.0f} us"]  # fmt: skip
+    s = profile.sass
+    if s is not None:
+        fams = ", ".join(f"{k} {s.count(k)}" for k in ("HGMMA", "HMMA", "LDGSTS", "UTMALDG", "STL", "LDL", "MUFU")
+                         if s.count(k))  # fmt: skip
+        widths = ", ".join(f"{b}-bit x{n}" for b, n in sorted(s.global_load_bits.items()))
+        out += ["", f"SASS ({s.arch}): {s.count('total')} instructions; {fams or 'no tensor-core, async-copy or spill instructions'}"
+                    + (f"; global loads {widths}" if widths else "")]  # fmt: skip
+    if profile.notes:
+        out += ["", "Not collected: " + "; ".join(profile.notes)]
+    return "\n".join(out).strip()

@@ -1,0 +1,82 @@
+"""Stage 1: roofline classification against measured ceilings, cross-checked by ncu."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelpro.runner.profile import KernelProfile, Profile
+from kernelpro.runner.roofline import (
+    Ceilings,
+    FormulaError,
+    analyze_reference,
+    default_ceilings,
+    evaluate_formula,
+    measured_class,
+)
+from kernelpro.runner.trace import Axis, Definition, TensorSpec, Workload
+
+H200 = Ceilings("NVIDIA H200", 4250.0, 67.0, "test")  # fp32 CUDA-core roof: ridge ~15.8 FLOP/byte
+
+DEF = Definition(
+    name="swiglu", op_type="elementwise",
+    axes={"M": Axis("var"), "N": Axis("const", 4096)},
+    inputs={"a": TensorSpec(("M", "N"), "float32"), "b": TensorSpec(("M", "N"), "float32")},
+    outputs={"out": TensorSpec(("M", "N"), "float32")},
+    reference="def run(a, b):\n    return a * b\n",
+)  # fmt: skip
+W = [Workload.make(DEF, {"M": 16384})]
+
+
+def _ncu(compute: float, memory: float) -> Profile:
+    return Profile((KernelProfile("k", {"sm__throughput.avg.pct_of_peak_sustained_elapsed": compute,
+                                        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": memory,
+                                        "gpu__time_duration.sum": 1000.0}),))  # fmt: skip
+
+
+def test_formulas_are_arithmetic_over_axes_only() -> None:
+    assert evaluate_formula("4*M*N", {"M": 2, "N": 3}) == 24
+    assert evaluate_formula("max(M, N) ** 2", {"M": 2, "N": 3}) == 9
+    for bad in ("__import__('os')", "M.real", "open('x')", "K * 2"):
+        with pytest.raises(FormulaError):
+            evaluate_formula(bad, {"M": 2, "N": 3})
+
+
+def test_memory_bound_elementwise_kernel_and_its_floor() -> None:
+    a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200,
+                          measured_ms={W[0].uuid: 0.7195}, profile=_ncu(20.0, 90.0))  # fmt: skip
+    assert (a.theory, a.measured, a.agree, a.bottleneck) == ("memory", "memory", True, "memory")
+    b = a.workloads[0]
+    assert b.intensity == pytest.approx(1 / 3)
+    # 805 MB at 4.25 TB/s: the demo's winner (0.1886 ms on the H200) sits at 100 % of this floor.
+    assert b.floor_ms == pytest.approx(12 * 16384 * 4096 / 4250e9 * 1e3)
+    assert b.max_speedup == pytest.approx(0.7195 / b.floor_ms)
+    assert 25 < b.pct_of_roofline < 27
+
+
+def test_disagreement_trusts_the_roofline_but_neither_roof_means_latency() -> None:
+    a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200, measured_ms={},
+                          profile=_ncu(70.0, 30.0))  # fmt: skip
+    assert (a.theory, a.measured, a.agree, a.bottleneck) == ("memory", "compute", False, "memory")
+    assert "trusting the roofline" in a.note
+    a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200, measured_ms={},
+                          profile=_ncu(10.0, 25.0))  # fmt: skip
+    assert a.bottleneck == "latency"
+
+
+def test_without_formulas_ncu_decides_and_without_either_all_tools_run() -> None:
+    a = analyze_reference(DEF, W, flops=None, nbytes=None, ceilings=H200, measured_ms={}, profile=_ncu(85, 20))
+    assert (a.theory, a.bottleneck) == ("unknown", "compute")
+    a = analyze_reference(DEF, W, flops=None, nbytes=None, ceilings=H200, measured_ms={}, profile=None)
+    assert a.bottleneck == "unknown"
+
+
+def test_compute_bound_gemm_uses_the_tensor_roof_for_16_bit() -> None:
+    c = default_ceilings("NVIDIA H200", ["bfloat16"])
+    assert c.flops_tflops == 678.0 and 150 < c.ridge < 170
+    assert default_ceilings("NVIDIA H200", ["float32"]).flops_tflops == 67.0
+
+
+def test_measured_class_thresholds() -> None:
+    assert measured_class(_ncu(30, 85))[0] == "memory"
+    assert measured_class(_ncu(65, 62))[0] == "mixed"
+    assert measured_class(Profile())[0] is None
