@@ -87,6 +87,8 @@ class Outcome:
     """Whole child-process time."""
     phases: Mapping[str, float] = field(default_factory=dict)
     """Seconds by stage inside the child: startup (imports, CUDA init), verify, time."""
+    timeline: Mapping[str, Any] | None = None
+    """Launch timeline summary (runner.profile.Timeline fields) when it was asked for, or {'error': ...}."""
     timestamp: str = ""
     """When it finished (ISO 8601, UTC)."""
 
@@ -117,7 +119,7 @@ class Outcome:
             solution_hash=d["solution_hash"], status=d["status"], results=results,
             environment=d.get("environment", {}), log=d.get("log", ""),
             build_seconds=d.get("build_seconds", 0.0), wall_seconds=d.get("wall_seconds", 0.0),
-            phases=d.get("phases", {}), timestamp=d.get("timestamp", ""),
+            phases=d.get("phases", {}), timeline=d.get("timeline"), timestamp=d.get("timestamp", ""),
         )  # fmt: skip
 
 
@@ -149,6 +151,8 @@ class EvalSettings:
     """Also time the Definition's reference (for FlashInfer-Trace's reference_latency_ms)."""
     cache_dir: Path | None = None
     """Triton cache shared by candidates."""
+    timeline: bool = False
+    """After timing, record the launch timeline of the largest workload (GPU only)."""
 
 
 def _request(definition: Definition, solution: Solution, workloads: Sequence[Workload],
@@ -168,6 +172,7 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
         "timing": {"warmup": s.warmup, "reps": s.reps, "reps_max": s.reps_max, "target_ms": s.target_ms,
                    "reps_cpu": s.reps_cpu, "rotate": s.rotate},  # fmt: skip
         "time_reference": s.time_reference,
+        "timeline": s.timeline,
     }
 
 
@@ -209,6 +214,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         build_seconds=build["seconds"],
         wall_seconds=child.seconds,
         phases=res.get("phases", {}),
+        timeline=res.get("timeline"),
         timestamp=_now(),
     )
 

@@ -388,6 +388,20 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
         result["workloads"].append(entry)
         if entry["status"] != "PASSED":
             break  # one failing workload decides the candidate; do not spend time on the rest
+    else:
+        if req.get("timeline") and device == "cuda":
+            # After all timing, in the process that already holds the compiled kernel: a separate
+            # child would pay Python, torch, CUDA and Triton start-up again for a few calls.
+            try:
+                from dataclasses import asdict
+
+                from kernelpro.runner.profile.timeline import summarize
+
+                largest = max(req["workloads"], key=lambda w: sum(w["axes"].values()))
+                data = _timeline(fn, {**req, "workloads": [largest]}, device)
+                result["timeline"] = asdict(summarize(data["events"], data["calls"]))
+            except BaseException:
+                result["timeline"] = {"error": _tail(traceback.format_exc())}
     return result
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
-from .profile import Profile
+from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
 from .roofline import ReferenceAnalysis, analyze_reference, default_ceilings
@@ -166,6 +166,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     es = settings.evaluation
     if es.cache_dir is None:
         es = replace(es, cache_dir=out_dir / ".triton-cache")
+    if es.device == "cuda" and settings.feedback != "none":
+        es = replace(es, timeline=True)
     settings = replace(settings, evaluation=es)
     device = es.device
     workloads = target.workloads_for(device)
@@ -226,10 +228,16 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     stage1 = None
     prof_time = [0.0]
 
+    def recorded_timeline(key: str) -> Timeline | None:
+        hit = journal.get(key)
+        t = hit.outcome.timeline if hit is not None else None
+        return Timeline(**{**t, "kernels": tuple(t.get("kernels", ()))}) if t and "error" not in t else None
+
     def profile(cand: Candidate) -> None:
         if device != "cuda" or settings.feedback == "none" or cand.key in analyses:
             return
-        prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling)
+        prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
+                                       recorded_timeline(cand.key))  # fmt: skip
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
@@ -240,7 +248,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         dtypes = [t.dtype for t in (*target.definition.inputs.values(), *target.definition.outputs.values())]
         base_prof = None
         if settings.feedback != "none":
-            base_prof, secs = profile_candidate(target.definition, baseline_cand.solution, workloads, es, settings.profiling)
+            base_prof, secs = profile_candidate(target.definition, baseline_cand.solution, workloads, es,
+                                                settings.profiling, recorded_timeline(baseline_cand.key))  # fmt: skip
             prof_time[0] += secs
         stage1 = analyze_reference(
             target.definition, workloads, flops=target.flops, nbytes=target.bytes,

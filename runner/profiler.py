@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .evaluator import EvalSettings, _request
-from .profile import Profile, SassStats
+from .profile import Profile, SassStats, Timeline
 from .sandbox import run_child, scrubbed_env
 from .target import Tolerance
 from .trace import Definition, Solution, Workload
@@ -76,7 +76,7 @@ def _sass(cache: Path) -> tuple[SassStats | None, list[str]]:
 
 
 def _timeline(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
-              ps: ProfileSettings, cache: Path) -> tuple[object | None, list[str]]:  # fmt: skip
+              ps: ProfileSettings, cache: Path) -> tuple[Timeline | None, list[str]]:  # fmt: skip
     from .profile.timeline import summarize
 
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "timeline"}
@@ -88,8 +88,10 @@ def _timeline(definition: Definition, solution: Solution, workload: Workload, es
 
 
 def profile_candidate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
-                      es: EvalSettings, ps: ProfileSettings = ProfileSettings()) -> tuple[Profile, float]:  # fmt: skip
-    """Profile on the largest workload (the one where the kernel's own behaviour dominates)."""
+                      es: EvalSettings, ps: ProfileSettings = ProfileSettings(),
+                      timeline: Timeline | None = None) -> tuple[Profile, float]:  # fmt: skip
+    """Profile on the largest workload (the one where the kernel's own behaviour dominates).
+    A timeline recorded by the evaluation (EvalSettings.timeline) is reused instead of a new child."""
     t0 = time.perf_counter()
     if es.device != "cuda":
         return Profile(notes=("no GPU: no profiling",)), 0.0
@@ -97,16 +99,16 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
     es = replace(es, cache_dir=None)
     notes: list[str] = []
     kernels: list = []
-    sass = timeline = None
+    sass = None
     with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
         cache = Path(tmp) / "triton-cache"  # fresh, so every cubin in it is this candidate's
         if ps.ncu:
             kernels, n = _ncu(definition, solution, workload, es, ps, cache)
             notes += n
-        if ps.timeline:
+        if ps.timeline and timeline is None:
             timeline, n = _timeline(definition, solution, workload, es, ps, cache)
             notes += n
         if ps.sass:
             sass, n = _sass(cache)
             notes += n
-    return Profile(tuple(kernels), sass, timeline, tuple(notes)), time.perf_counter() - t0  # type: ignore[arg-type]
+    return Profile(tuple(kernels), sass, timeline, tuple(notes)), time.perf_counter() - t0

