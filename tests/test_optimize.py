@@ -105,10 +105,7 @@ def test_rerun_resumes_from_the_journal(demo: tuple[Path, Path], tmp_path: Path)
     assert len(after) == 6
 
 
-def _kernel_repo(tmp_path: Path, kernel: str, reference: str = "a + b") -> Path:
-    repo = git.Repo.init(tmp_path / "r", initial_branch="main")
-    root = Path(repo.working_dir)
-    (root / ".kernelpro.yml").write_text(f"""
+ADD_CONFIG = """
 targets:
   - name: add
     files: ["k.py"]
@@ -116,13 +113,19 @@ targets:
     entry_point: k.py::add
     definition:
       op_type: elementwise
-      axes: {{N: {{type: var}}}}
-      inputs: {{a: {{shape: [N], dtype: float32}}, b: {{shape: [N], dtype: float32}}}}
-      outputs: {{out: {{shape: [N], dtype: float32}}}}
-      reference: "def run(a, b):\\n    return {reference}\\n"
-    workloads: [{{N: 300}}]
-    budget: {{evaluations: 3}}
-""")
+      axes: {N: {type: var}}
+      inputs: {a: {shape: [N], dtype: float32}, b: {shape: [N], dtype: float32}}
+      outputs: {out: {shape: [N], dtype: float32}}
+      reference: "def run(a, b):\\n    return a + b\\n"
+    workloads: [{N: 300}]
+    budget: {evaluations: 3}
+"""
+
+
+def _kernel_repo(tmp_path: Path, kernel: str) -> Path:
+    repo = git.Repo.init(tmp_path / "r", initial_branch="main")
+    root = Path(repo.working_dir)
+    (root / ".kernelpro.yml").write_text(ADD_CONFIG)
     repo.git.add(A=True)
     repo.index.commit("config")
     (root / "k.py").write_text(kernel)
@@ -248,3 +251,71 @@ def test_llm_bad_key_stops_the_search_and_keeps_the_baseline(tmp_path: Path, mon
     assert result["winner"] is None and result["evaluations"] == 1
     assert result["stop_reason"].startswith("the programmer failed:")
     assert "KERNELPRO_LLM_API_KEY" in result["stop_reason"] or "key" in result["stop_reason"].lower()
+
+
+USER_TOOL = '''
+from kernelpro.runner.tools import Finding, ProfilingTool
+
+def _fires(profile, th):
+    return True
+
+def _analyze(profile, th):
+    return Finding("team_rule", "low", "our house rule", {}, "because", ("do the thing",))
+
+TOOLS = (ProfilingTool("team_rule", "ncu", (), {}, _fires, _analyze, description="a repository's own rule"),)
+'''
+
+
+def test_repository_tools_load_from_the_base_branch_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kernelpro.runner.tools import load_tool_file, registry
+
+    (tmp_path / "t.py").write_text(USER_TOOL)
+    tools = load_tool_file(tmp_path / "t.py")
+    assert [t.name for t in tools] == ["team_rule"]
+    assert "team_rule" in [t.name for t in registry(tools)]
+
+    # On the base branch: loaded. Added by the pull request itself: ignored, and said so.
+    repo = _kernel_repo(tmp_path / "base", TORCH_ADD)
+    (repo / "t.py").write_text(USER_TOOL)
+    cfg = repo / ".kernelpro.yml"
+    r = git.Repo(repo)
+    r.git.checkout("HEAD~1")
+    r.git.checkout("-b", "basebranch")
+    cfg.write_text("tools: [t.py]\n" + cfg.read_text())
+    (repo / "t.py").write_text(USER_TOOL)
+    r.git.add(A=True)
+    r.index.commit("config with tools")
+    r.git.checkout("main")
+    r.git.merge("basebranch")
+    out = tmp_path / "o1"
+    assert main(["optimize", "--repo", str(repo), "--base", "basebranch", "--head", "main", "--out", str(out),
+                 "--kernel", "add"]) == 0  # fmt: skip
+    assert "ignored" not in capsys.readouterr().out
+
+    repo2 = _kernel_repo(tmp_path / "head", TORCH_ADD)
+    r2 = git.Repo(repo2)
+    cfg2 = repo2 / ".kernelpro.yml"
+    r2.git.rm(".kernelpro.yml")
+    r2.index.commit("drop config from main history")
+    base_sha = r2.head.commit.hexsha
+    cfg2.write_text("tools: [t.py]\n" + ADD_CONFIG)
+    (repo2 / "t.py").write_text(USER_TOOL)
+    r2.git.add(A=True)
+    r2.index.commit("PR adds config and a tool")
+    assert main(["optimize", "--repo", str(repo2), "--base", base_sha, "--head", "HEAD", "--out", str(tmp_path / "o2"),
+                 "--kernel", "add"]) == 0  # fmt: skip
+    assert "The repository's own tools are ignored: they are not on the base branch." in capsys.readouterr().out
+
+
+def test_a_broken_repository_tool_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _kernel_repo(tmp_path, TORCH_ADD)
+    r = git.Repo(repo)
+    (repo / "t.py").write_text("TOOLS = 3\n")
+    cfg = repo / ".kernelpro.yml"
+    cfg.write_text("tools: [t.py]\n" + cfg.read_text())
+    r.git.add(A=True)
+    r.index.commit("bad tool")
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD", "--head", "HEAD", "--out", str(tmp_path / "o"),
+               "--kernel", "add"])  # fmt: skip
+    assert rc == 2
+    assert "define TOOLS = (ProfilingTool(...), ...)" in capsys.readouterr().err
