@@ -25,7 +25,7 @@ def _kernel_list(t: Timeline) -> str:
 def _launch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     t = _tl(p)
     pct = t.launch_overhead_pct
-    if pct <= th["high"]:
+    if pct <= th["high"] or t.kernel_launches < 1:
         return None
     speedup = 1.0 / (1.0 - min(pct, 99.0) / 100.0)
     return Finding(
@@ -55,7 +55,11 @@ LAUNCH_OVERHEAD = ProfilingTool(
     name="launch_overhead", source="timeline",
     required=("launch_overhead_pct", "avg_launch_ns", "kernel_launches"),
     thresholds={"high": 20.0, "critical": 40.0},
-    trigger=lambda p, th: _tl(p).launch_overhead_pct > th["high"], analyze=_launch_analyze,
+    # No kernel, no launch overhead: the real H200 `memcpy` timeline (.cpu() then .cuda(), 0 kernels)
+    # reads 100 % "overhead" because nothing covers the wall time; its copies and syncs are what
+    # host_device_copies and synchronization report.
+    trigger=lambda p, th: _tl(p).launch_overhead_pct > th["high"] and _tl(p).kernel_launches >= 1,
+    analyze=_launch_analyze,
     affinity=ALL_CLASSES, description="Wall time not covered by kernels > 20 %/40 %; est. speedup 1/(1-p).",
 )  # fmt: skip
 
@@ -140,9 +144,9 @@ def _gap_pct(t: Timeline) -> float:
 
 def _gaps_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     t = _tl(p)
-    if t.gaps < 1:
-        return None
     share = _gap_pct(t)
+    if t.gaps < 1 or share < th["min_pct"]:
+        return None
     sev = "high" if share >= th["high_pct"] else "medium" if share >= th["medium_pct"] else "low"
     return Finding(
         tool="gaps", severity=sev,
@@ -165,9 +169,14 @@ def _gaps_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
 
 GAPS = ProfilingTool(
     name="gaps", source="timeline", required=("gaps", "gap_us", "gap_threshold_us"),
-    thresholds={"medium_pct": 10.0, "high_pct": 30.0},
-    trigger=lambda p, th: _tl(p).gaps >= 1, analyze=_gaps_analyze,
-    affinity=ALL_CLASSES, description="Idle gaps between kernels above max(1 % of wall, 5 us).",
+    # Each gap must exceed the paper's adaptive max(1 % of wall, 5 us); together they must also cost
+    # >= 5 % of the call to be worth a directive. Real H200 numbers: the one-matmul control `clean`
+    # has a 5-30 us gap between cuBLAS's workspace memset and its GEMM in some calls, 9.9 us per call
+    # on average = 1.3 % of its 763 us: it fired as 'low'. The real gap cases are far above 5 %:
+    # many_kernels 65.5 us of 626 (10.5 %), sync 47 of 530 (8.9 %), memcpy 572 of 2215 (25.8 %).
+    thresholds={"min_pct": 5.0, "medium_pct": 10.0, "high_pct": 30.0},
+    trigger=lambda p, th: _tl(p).gaps >= 1 and _gap_pct(_tl(p)) >= th["min_pct"], analyze=_gaps_analyze,
+    affinity=ALL_CLASSES, description="Idle gaps between kernels above max(1 % of wall, 5 us), together >= 5 % of the call.",
 )  # fmt: skip
 
 
