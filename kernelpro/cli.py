@@ -103,7 +103,8 @@ def _progress(settings: Settings, total: int, label: str) -> Any:
 
 
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
-                 budget: int | None, programmer_name: str, search: str, feedback: str = "tools") -> int:  # fmt: skip
+                 budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
+                 tool_mode: str = "proactive") -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
@@ -163,7 +164,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                 except (OSError, ValueError):
                     base_solution = None
             rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
-                             extra_tools=extra_tools)  # fmt: skip
+                             tool_mode=tool_mode, extra_tools=extra_tools)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
@@ -187,9 +188,13 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    if args.tools == "reactive" and args.feedback != "tools":
+        print(f"--tools reactive offers the tools' findings; it needs --feedback tools, not {args.feedback}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
                         budget=args.budget, programmer_name=args.programmer, search=args.search,
-                        feedback=args.feedback)  # fmt: skip
+                        feedback=args.feedback, tool_mode=args.tools)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -335,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--search", default="mcts", choices=STRATEGIES, help="search strategy (default mcts)")
     o.add_argument("--feedback", default="tools", choices=("none", "raw", "tools"),
                    help="profiling feedback to the programmer: none, raw metrics, or tool findings (default)")
+    o.add_argument("--tools", default="proactive", choices=("proactive", "reactive"),
+                   help="with --feedback tools: run every relevant tool and put the findings in the prompt "
+                        "(proactive, default), or offer the tools to the model as function calls (reactive; "
+                        "--programmer llm)")  # fmt: skip
     o.set_defaults(fn=cmd_optimize)
 
     tl = sub.add_parser("tools", help="the micro-profiling tools")

@@ -48,6 +48,9 @@ class RunSettings:
     """Evaluator settings for search evaluations."""
     feedback: str = "tools"
     """What profiling reaches the programmer: none | raw (metrics only) | tools (findings + metrics)."""
+    tool_mode: str = "proactive"
+    """With feedback 'tools': proactive (every relevant tool runs, findings in the prompt) | reactive (the
+    tools are offered to the model as function calls)."""
     profiling: ProfileSettings = field(default_factory=ProfileSettings)
     """What is collected when a candidate is profiled (GPU only)."""
     extra_tools: tuple[ProfilingTool, ...] = ()
@@ -268,29 +271,32 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             profile(cand)  # findings on each new best steer the next proposals
         return scored
 
-    def feedback_for(key: str | None) -> tuple[str, tuple]:
+    def feedback_for(key: str | None) -> tuple[str, tuple, Profile | None]:
         # The parent's own analysis, else its nearest profiled ancestor's.
         by_key = {x.candidate.key: x.candidate for x in evaluated}
         while key is not None and key not in analyses:
             c = by_key.get(key)
             key = c.parent if c is not None else None
         if key is None:
-            return "", ()
+            return "", (), None
         prof, analysis = analyses[key]
-        return render(analysis, prof, settings.feedback), analysis.findings
+        return render(analysis, prof, settings.feedback), analysis.findings, prof
 
     context = Context(target=target, seen=lambda k: any(s.candidate.key == k for s in evaluated), device=device,
                       gpu_name=str(baseline.outcome.environment.get("hardware", "")),
-                      bottleneck=stage1.bottleneck if stage1 is not None else "unknown")  # fmt: skip
+                      bottleneck=stage1.bottleneck if stage1 is not None else "unknown",
+                      tool_mode=settings.tool_mode if settings.feedback == "tools" else "proactive",
+                      tools=tools)  # fmt: skip
 
     halted: list[str] = []
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
         if halted:
             return []
-        text, findings = feedback_for(parent.candidate.key)
+        text, findings, prof = feedback_for(parent.candidate.key)
         try:
-            return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings))
+            return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
+                                                               profile=prof))  # fmt: skip
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             halted.append(str(e))

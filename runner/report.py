@@ -75,6 +75,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
                    "reason": g.reason} for g in result.gates],  # fmt: skip
         "curve": curve,
         "feedback": settings.feedback,
+        "tool_mode": settings.tool_mode,
         "stage1": _stage1(result),
         "baseline_analysis": _analysis(result, result.baseline.candidate.key),
         "winner_analysis": _analysis(result, w.candidate.key if w else None),

@@ -5,15 +5,26 @@ A request that finds the queue empty (or hits an unknown route) is answered with
 the SDK does not retry, and is remembered: ``check()`` raises for it, and the fixture in
 test_llm.py calls ``check()`` at teardown, so an unexpected request fails the test loudly instead
 of being swallowed by the code under test.
+
+Tool calls use the real wire format: the assistant message has ``content: null`` and
+``tool_calls: [{"id": "call_1", "type": "function", "function": {"name": ..., "arguments": "{}"}}]``
+with ``finish_reason: "tool_calls"``. Like the real API, the server refuses (400) a conversation in
+which a tool call has no ``tool`` reply or a ``tool`` message answers no call; the ``tools`` array
+and the ``tool`` messages of each request are at hand as ``Request.tools`` and
+``Request.tool_messages``.
+
+``NetworkGuard`` keeps tests off real providers: while it is installed, any connection to a host
+that is not loopback (and any name lookup of one) raises and is remembered, and ``check()`` fails.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,10 +55,17 @@ class Reply:
     """error.message of an error reply."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra response headers."""
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    """(function name, arguments as a JSON string) for each tool call; ids are made by the server."""
 
 
 def ok(content: str | None, finish_reason: str = "stop") -> Reply:
     return Reply(content=content, finish_reason=finish_reason)
+
+
+def calls(*names: str, arguments: str = "{}", content: str | None = None) -> Reply:
+    """An assistant turn that calls these functions (content null, finish_reason 'tool_calls')."""
+    return Reply(content=content, finish_reason="tool_calls", tool_calls=tuple((n, arguments) for n in names))
 
 
 def error(status: int, headers: Mapping[str, str] | None = None, message: str | None = None) -> Reply:
@@ -79,9 +97,42 @@ class Request:
     def messages(self) -> list[Mapping[str, Any]]:
         return list(self.body.get("messages", []))
 
+    @property
+    def tools(self) -> list[Mapping[str, Any]]:
+        """The ``tools`` array of the request (empty when none was sent)."""
+        return list(self.body.get("tools") or [])
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+    @property
+    def tool_messages(self) -> list[Mapping[str, Any]]:
+        """The ``tool`` role messages of the request, in order."""
+        return [m for m in self.messages if m.get("role") == "tool"]
+
     def text(self) -> str:
         """All message contents joined, for assertions on the prompt."""
-        return "\n".join(str(m.get("content", "")) for m in self.messages)
+        return "\n".join(str(m.get("content") or "") for m in self.messages)
+
+
+def _tool_call_problem(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the real API says about a conversation whose tool calls and tool replies do not pair up."""
+    pending: list[str] = []
+    for m in [*messages, {"role": "end"}]:
+        role = m.get("role")
+        if role == "tool":
+            if m.get("tool_call_id") not in pending:
+                return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                        "with 'tool_calls'.")  # fmt: skip
+            pending.remove(m["tool_call_id"])
+            continue
+        if pending:
+            return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}")  # fmt: skip
+        if role == "assistant":
+            pending = [c.get("id") for c in m.get("tool_calls") or []]
+    return None
 
 
 class FakeOpenAI:
@@ -92,6 +143,7 @@ class FakeOpenAI:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
         self.unexpected: list[str] = []
+        self._calls = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -133,14 +185,28 @@ class FakeOpenAI:
                 return 404, _error_body("invalid_request_error", None, f"Invalid URL (POST {path})"), {}
             if headers.get("authorization") != f"Bearer {self.api_key}":
                 return 401, _error_body("invalid_request_error", "invalid_api_key", "Incorrect API key provided."), {}
+            problem = _tool_call_problem(body.get("messages", []))
+            if problem is not None:
+                self.unexpected.append(f"request #{len(self.requests)}: {problem}")
+                return 400, _error_body("invalid_request_error", None, problem), {}
             if not self.replies:
                 self.unexpected.append(f"request #{len(self.requests)} arrived with no scripted reply left")
                 return 400, _error_body("invalid_request_error", None, "fake server: no scripted reply left"), {}
             reply = self.replies.popleft()
+            if reply.tool_calls and not body.get("tools"):
+                self.unexpected.append(f"request #{len(self.requests)}: a tool call was scripted but no tools were sent")
+            tool_calls: list[dict[str, Any]] = []
+            for name, arguments in reply.tool_calls:
+                self._calls += 1
+                tool_calls.append({"id": f"call_{self._calls}", "type": "function",
+                                   "function": {"name": name, "arguments": arguments}})  # fmt: skip
         if reply.status != 200:
             return reply.status, _error_body(reply.error_type, reply.error_code, reply.message), reply.headers
-        n_prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-        n_completion = len((reply.content or "").split())
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        n_prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+        n_completion = len((reply.content or "").split()) + 10 * len(tool_calls)
         return 200, {
             "id": f"chatcmpl-fake{len(self.requests)}",
             "object": "chat.completion",
@@ -148,7 +214,7 @@ class FakeOpenAI:
             "model": body.get("model", MODEL),
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.content, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": reply.finish_reason,
             }],
@@ -188,3 +254,63 @@ class FakeOpenAI:
 def _error_body(kind: str, code: str | None, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
+
+
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class NetworkGuard:
+    """Refuses connections and name lookups for hosts that are not loopback, and remembers them.
+
+    The refusal alone would not fail a test (the LLM programmer turns connection errors into "no
+    candidates"), so ``check()``, called by the autouse fixtures at teardown, fails it.
+    """
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+
+    def install(self, monkeypatch: Any) -> NetworkGuard:
+        create_connection, getaddrinfo = socket.create_connection, socket.getaddrinfo
+        connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+        guard = self
+
+        def refuse(host: object, how: str) -> None:
+            guard.attempts.append(f"{how} {host}")
+            raise OSError(f"test network guard: {how} to {host!r} refused; tests must not reach a real provider")
+
+        def host_of(address: object) -> object:
+            return address[0] if isinstance(address, tuple) and address else None
+
+        def allowed(host: object) -> bool:
+            return host is None or (isinstance(host, (str, bytes)) and
+                                    (host.decode() if isinstance(host, bytes) else host) in LOOPBACK)  # fmt: skip
+
+        def guarded_create_connection(address: Any, *args: Any, **kw: Any) -> socket.socket:
+            if not allowed(host_of(address)):
+                refuse(host_of(address), "connection")
+            return create_connection(address, *args, **kw)
+
+        def guarded_getaddrinfo(host: Any, *args: Any, **kw: Any) -> Any:
+            if not allowed(host):
+                refuse(host, "name lookup")
+            return getaddrinfo(host, *args, **kw)
+
+        def guarded_connect(sock: socket.socket, address: Any) -> None:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and not allowed(host_of(address)):
+                refuse(host_of(address), "connection")
+            return connect(sock, address)
+
+        def guarded_connect_ex(sock: socket.socket, address: Any) -> int:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and not allowed(host_of(address)):
+                refuse(host_of(address), "connection")
+            return connect_ex(sock, address)
+
+        monkeypatch.setattr(socket, "create_connection", guarded_create_connection)
+        monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+        monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+        monkeypatch.setattr(socket.socket, "connect_ex", guarded_connect_ex)
+        return self
+
+    def check(self) -> None:
+        if self.attempts:
+            raise AssertionError("a test tried to reach the network beyond loopback: " + "; ".join(self.attempts))

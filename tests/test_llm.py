@@ -14,7 +14,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from fake_openai import API_KEY, FAST_RETRY, MODEL, FakeOpenAI, error, ok
+from fake_openai import API_KEY, FAST_RETRY, MODEL, FakeOpenAI, NetworkGuard, error, ok
 
 from kernelpro.runner.candidate import Candidate
 from kernelpro.runner.config import load_config
@@ -44,6 +44,14 @@ def answer(*candidates: tuple[str, dict[str, str]]) -> str:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[NetworkGuard]:
+    """Any connection beyond loopback (api.openai.com included) is refused and fails the test."""
+    guard = NetworkGuard().install(monkeypatch)
+    yield guard
+    guard.check()
 
 
 @pytest.fixture

@@ -35,6 +35,14 @@ class Context:
     """Profiler feedback on the parent, already rendered for a prompt (empty when feedback is off)."""
     findings: tuple[Any, ...] = ()
     """The parent's Findings (runner.tools.Finding), severity-ordered, for programmers that act on them."""
+    profile: Any = None
+    """The parent's Profile (runner.profile.Profile), or its nearest profiled ancestor's; None when unprofiled."""
+    tool_mode: str = "proactive"
+    """How the tools' evidence reaches a model: proactive (findings in the prompt) | reactive (offered as
+    function calls that the model chooses from; the llm programmer then leaves `feedback` out)."""
+    tools: tuple[Any, ...] = ()
+    """The registered ProfilingTools (built-in plus the repository's own), for reactive mode; empty means
+    the built-in registry."""
 
 
 class Programmer(Protocol):

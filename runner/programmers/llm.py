@@ -7,6 +7,15 @@ A truncated answer is retried with twice the output budget, then once more with 
 concise. Endpoint trouble never stops the search (the expansion just yields nothing), except a
 rejected key or an unknown model, which no retry can fix and which raise PluginError.
 
+Profiler evidence reaches the model in one of two ways (``Context.tool_mode``). Proactive (the
+default): the findings of every relevant micro-profiling tool are already in the prompt
+(``Context.feedback``). Reactive: the prompt holds no findings; instead each registered tool whose
+evidence the parent's profile holds is offered as a function (no parameters), plus ``list_metrics``
+for the raw counters, and the model decides which to call. Each call runs the tool on the profile and
+the finding (or "no problem found") goes back as a ``tool`` message; after at most ``tool_rounds``
+turns of calls the model is asked for its candidates without tools. The tools it called are recorded
+in each candidate's params["tools_called"].
+
 The API key lives in the client only: it is never written into a prompt or a candidate.
 """
 
@@ -18,7 +27,7 @@ import logging
 import posixpath
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +38,9 @@ from openai.types.chat import ChatCompletionMessageParam
 from kernelpro.templates import environment
 
 from ..candidate import Candidate
+from ..profile import Profile
 from ..search import Scored
+from ..tools import ALL_CLASSES, CLASSES, Analysis, ProfilingTool, registry, render
 from ..trace import Solution, SourceFile
 from . import Context, PluginError
 
@@ -47,6 +58,18 @@ LOG_TAIL_CHARS = 4000
 """How much of a failed parent's log goes into a debug prompt."""
 MAX_FILE_CHARS = 200_000
 """Larger files from the model are refused (an answer is untrusted data)."""
+
+DEFAULT_TOOL_ROUNDS = 4
+"""Reactive mode: turns of tool calls before the model is told to answer."""
+LIST_METRICS = "list_metrics"
+"""Reactive mode: the function that returns the raw metrics block."""
+NO_PROBLEM = "no problem found"
+"""Start of a tool's reply when its pattern is absent."""
+
+TOOL_BUDGET_MESSAGE = (
+    "You have used all {rounds} turns of tool calls; no more tools can be called. Answer now: propose {n} "
+    "candidate{s} as the JSON object described in your instructions."
+)
 
 RESTART_MESSAGE = (
     "Your previous answer was cut off. Restart, and answer concisely: propose {k} candidate{s}, "
@@ -96,6 +119,112 @@ def gpu_hint(gpu_name: str, language: str) -> list[str]:
     return []
 
 
+# --------------------------------------------------------------------------- reactive tools
+
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what the chat-completions API accepts
+
+
+def _num(v: object) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+
+def describe(tool: ProfilingTool) -> str:
+    """The function description the model sees: what the tool checks, its thresholds, its scope."""
+    thresholds = ", ".join(f"{k} = {_num(v)}" for k, v in tool.thresholds.items()) or "none"
+    scope = ("any kernel" if tool.affinity >= ALL_CLASSES
+             else "/".join(c for c in CLASSES if c in tool.affinity) + "-bound kernels")  # fmt: skip
+    return (f"{(tool.description or tool.name).strip()} Thresholds: {thresholds}. Reads the {tool.source} profile "
+            f"of the current code; relevant to {scope}. Returns a diagnosis (severity, evidence, root cause, ranked "
+            f"fixes) or '{NO_PROBLEM}'.")  # fmt: skip
+
+
+def _function(name: str, description: str) -> dict[str, Any]:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}  # fmt: skip
+
+
+def _reactive(context: Context) -> bool:
+    return context.tool_mode == "reactive"
+
+
+class ToolBox:
+    """The functions of one reactive conversation, bound to the parent's profile.
+
+    Offered: every tool (``Context.tools``, else the built-in registry) whose evidence the profile
+    holds, except the energy-only ones (energy is not an objective of the search, so the proactive
+    orchestrator does not run them either), and ``list_metrics`` when there are metrics to list.
+    """
+
+    def __init__(self, profile: Profile, tools: Sequence[ProfilingTool], bottleneck: str = "unknown") -> None:
+        self.profile = profile
+        self.bottleneck = bottleneck
+        self.tools: dict[str, ProfilingTool] = {}
+        for t in tools:
+            if t.energy_only or not t.available(profile):
+                continue
+            if not _FUNCTION_NAME.fullmatch(t.name) or t.name == LIST_METRICS:
+                log.warning("llm: tool %r is not offered: its name is not a valid function name", t.name)
+                continue
+            self.tools[t.name] = t
+        self.metrics = render(None, profile, "raw")
+        self.called: list[str] = []
+        """Functions the model called, in order (repeats included)."""
+        self.done = False
+        """The tool-calling turns are over (answered, or the budget is spent)."""
+        self._answers: dict[str, str] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.tools, *([LIST_METRICS] if self.metrics else [])]
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The ``tools`` array of a chat-completions request."""
+        out = [_function(t.name, describe(t)) for t in self.tools.values()]
+        if self.metrics:
+            out.append(_function(LIST_METRICS, "The raw profiler metrics of the current code by category (ncu "
+                                 "throughput, memory, occupancy, stalls), its launch timeline and SASS instruction "
+                                 "mix, uninterpreted."))  # fmt: skip
+        return out
+
+    def call(self, name: str) -> str:
+        """The content of the ``tool`` message that answers a call of ``name``."""
+        if name == LIST_METRICS and self.metrics:
+            self.called.append(name)
+            return self.metrics
+        tool = self.tools.get(name)
+        if tool is None:
+            log.warning("llm: the model called an unknown tool %r", name)
+            return f"There is no tool called {name!r}. The tools are: {', '.join(self.names)}."
+        self.called.append(name)
+        if name not in self._answers:
+            self._answers[name] = self._run(tool)
+        return self._answers[name]
+
+    def _run(self, tool: ProfilingTool) -> str:
+        try:
+            finding = tool.run(self.profile)
+        except Exception as e:  # a repository's own tool may be broken; the search goes on
+            log.warning("llm: tool %s failed: %s: %s", tool.name, type(e).__name__, e)
+            return f"The tool {tool.name} failed ({type(e).__name__}); it has no result."
+        if finding is None:
+            thresholds = ", ".join(f"{k} = {_num(v)}" for k, v in tool.thresholds.items())
+            return f"{tool.name}: {NO_PROBLEM}" + (f" (thresholds: {thresholds})." if thresholds else ".")
+        if not finding.source:
+            finding = replace(finding, source=tool.source)
+        # The same Markdown as a proactive prompt's finding (an empty Profile adds no metrics block).
+        return render(Analysis(self.bottleneck, (finding,), (tool.name,)), Profile(), "tools")
+
+
+def toolbox(context: Context) -> ToolBox | None:
+    """The functions to offer for this context: None unless reactive with a profile that has evidence."""
+    profile = context.profile
+    if not _reactive(context) or profile is None:
+        return None
+    box = ToolBox(profile, context.tools or registry(), context.bottleneck)
+    return box if box.names else None
+
+
 # --------------------------------------------------------------------------- prompts
 
 
@@ -126,12 +255,16 @@ def _log_tail(parent: Scored) -> str:
     return text or "(the log is empty)"
 
 
-def build_messages(parent: Scored, mode: str, n: int, context: Context) -> list[ChatCompletionMessageParam]:
-    """The system and user messages for one request."""
+def build_messages(parent: Scored, mode: str, n: int, context: Context,
+                   tool_rounds: int = DEFAULT_TOOL_ROUNDS) -> list[ChatCompletionMessageParam]:  # fmt: skip
+    """The system and user messages for one request. In reactive mode they hold no findings, and
+    name the tools on offer instead."""
     target = context.target
     base = parent.candidate.solution
     language = base.spec.language
+    box = toolbox(context)
     common = {
+        "tools": box.names if box is not None else [],
         "language": language,
         "language_name": _LANGUAGE_NAMES.get(language, language),
         "entry_file": base.entry_file,
@@ -160,7 +293,8 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context) -> list[
         gpu_name=context.gpu_name,
         hint=gpu_hint(context.gpu_name, language),
         d=target.definition,
-        feedback=context.feedback,
+        feedback="" if _reactive(context) else context.feedback,
+        tool_rounds=tool_rounds,
         bottleneck=context.bottleneck,
         workloads=[dict(w.axes) for w in workloads],
         entry_point=base.spec.entry_point,
@@ -171,6 +305,18 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context) -> list[
 
 
 # --------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One assistant turn."""
+
+    text: str
+    """Its content ('' when none)."""
+    finish: str | None
+    """finish_reason."""
+    calls: tuple[tuple[str, str, str], ...] = ()
+    """(id, function name, arguments) of each tool call."""
 
 
 @dataclass(frozen=True)
@@ -334,45 +480,94 @@ class LLMProgrammer:
     name = "llm"
 
     def __init__(self, client: openai.OpenAI, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 temperature: float | None = None) -> None:  # fmt: skip
+                 temperature: float | None = None, tool_rounds: int = DEFAULT_TOOL_ROUNDS) -> None:  # fmt: skip
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
-        # Adapted once per endpoint when it rejects them (reasoning models, servers without JSON mode).
+        self.tool_rounds = tool_rounds
+        """Reactive mode: turns of tool calls before the model must answer."""
+        # Adapted once per endpoint when it rejects them (reasoning models, servers without JSON mode,
+        # servers that take JSON mode or tools but not both in one request).
         self._token_param = "max_tokens"
         self._json_mode = True
+        self._json_with_tools = True
 
     # ---- one request
 
-    def _create(self, messages: list[ChatCompletionMessageParam], max_tokens: int) -> tuple[str, str | None]:
-        for _ in range(3):
+    def _create(self, messages: list[ChatCompletionMessageParam], max_tokens: int,
+                tools: list[dict[str, Any]] | None = None) -> Reply:  # fmt: skip
+        for _ in range(4):
             kwargs: dict[str, Any] = {self._token_param: max_tokens}
-            if self._json_mode:
+            json_mode = self._json_mode and (not tools or self._json_with_tools)
+            if json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
+            if tools:
+                kwargs["tools"] = tools
             if self.temperature is not None:
                 kwargs["temperature"] = self.temperature
             try:
                 resp = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
             except openai.BadRequestError as e:
                 text = str(e)
-                if self._json_mode and "response_format" in text:
-                    log.info("llm: the endpoint has no JSON mode; asking without it")
-                    self._json_mode = False
+                if json_mode and "response_format" in text:
+                    if tools:
+                        log.info("llm: the endpoint does not take JSON mode together with tools; "
+                                 "JSON mode on the final turn only")  # fmt: skip
+                        self._json_with_tools = False
+                    else:
+                        log.info("llm: the endpoint has no JSON mode; asking without it")
+                        self._json_mode = False
                     continue
                 if self._token_param == "max_tokens" and "max_completion_tokens" in text:
                     log.info("llm: the model wants max_completion_tokens instead of max_tokens")
                     self._token_param = "max_completion_tokens"
                     continue
+                if tools and "tool" in text.lower():
+                    raise PluginError(
+                        f"the LLM endpoint {self.client.base_url} rejected function calling ({e.status_code}: "
+                        f"{e.message}). Fix: use --tools proactive, or a model and server with tool calling (vLLM: "
+                        "--enable-auto-tool-choice --tool-call-parser ...)."
+                    ) from e
                 raise
             if resp.usage is not None:
                 log.debug("llm: %s prompt + %s completion tokens", resp.usage.prompt_tokens,
                           resp.usage.completion_tokens)  # fmt: skip
             if not resp.choices:
-                return "", None
+                return Reply("", None)
             choice = resp.choices[0]
-            return choice.message.content or "", choice.finish_reason
+            calls = []
+            for c in choice.message.tool_calls or ():
+                fn = getattr(c, "function", None)  # custom (non-function) tool calls are not ours
+                if fn is not None:
+                    calls.append((c.id, str(fn.name), str(fn.arguments or "")))
+            return Reply(choice.message.content or "", choice.finish_reason, tuple(calls))
         raise AssertionError("unreachable")  # each retry above flips a flag that cannot flip back
+
+    def _ask(self, conversation: list[ChatCompletionMessageParam], max_tokens: int, box: ToolBox | None,
+             n: int) -> Reply:  # fmt: skip
+        """One answer. In reactive mode the first call lets the model call tools first: the calls and
+        their results are appended to ``conversation``, so later attempts carry the evidence."""
+        if box is None or box.done:
+            return self._create(conversation, max_tokens)
+        tools = box.definitions()
+        for _ in range(self.tool_rounds):
+            reply = self._create(conversation, max_tokens, tools)
+            if not reply.calls:
+                box.done = True
+                return reply
+            conversation.append({
+                "role": "assistant", "content": reply.text or None,
+                "tool_calls": [{"id": i, "type": "function", "function": {"name": name, "arguments": args}}
+                               for i, name, args in reply.calls]})  # fmt: skip
+            for call_id, name, _args in reply.calls:
+                conversation.append({"role": "tool", "tool_call_id": call_id, "content": box.call(name)})
+            log.info("llm: the model called %s", ", ".join(name for _, name, _ in reply.calls))
+        box.done = True
+        log.info("llm: %d turns of tool calls spent; asking for the answer", self.tool_rounds)
+        conversation.append({"role": "user", "content": TOOL_BUDGET_MESSAGE.format(
+            rounds=self.tool_rounds, n=n, s="" if n == 1 else "s")})  # fmt: skip
+        return self._create(conversation, max_tokens)
 
     def _fatal(self, e: openai.APIStatusError) -> PluginError | None:
         where = str(self.client.base_url)
@@ -392,8 +587,8 @@ class LLMProgrammer:
 
     # ---- candidates
 
-    def _candidates(self, drafts: Sequence[Draft], parent: Scored, mode: str, n: int,
-                    context: Context) -> list[Candidate]:  # fmt: skip
+    def _candidates(self, drafts: Sequence[Draft], parent: Scored, mode: str, n: int, context: Context,
+                    extra: Mapping[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
         base = parent.candidate.solution
         paths = [s.path for s in base.sources]
         out: list[Candidate] = []
@@ -423,29 +618,30 @@ class LLMProgrammer:
             sol = Solution(f"{context.target.name}-{key[:10]}", base.definition, self.model, base.spec, sources,
                            description=strategy)  # fmt: skip
             out.append(Candidate(sol, parent.candidate.key, mode, strategy,
-                                 {"model": self.model, "strategy": strategy}))  # fmt: skip
+                                 {"model": self.model, "strategy": strategy, **(extra or {})}))  # fmt: skip
             if len(out) >= n:
                 break
         return out
 
-    def _attempts(self, messages: list[ChatCompletionMessageParam], n: int
-                  ) -> Iterator[tuple[list[ChatCompletionMessageParam], int]]:  # fmt: skip
-        yield messages, self.max_tokens
-        yield messages, 2 * self.max_tokens
+    def _attempts(self, n: int) -> Iterator[tuple[int, ChatCompletionMessageParam | None]]:
+        """(max_tokens, a message to append) per attempt: as asked, doubled, then 'restart concisely'."""
+        yield self.max_tokens, None
+        yield 2 * self.max_tokens, None
         k = max(1, (n + 1) // 2)
-        restart: ChatCompletionMessageParam = {
-            "role": "user", "content": RESTART_MESSAGE.format(k=k, s="" if k == 1 else "s")}  # fmt: skip
-        yield [*messages, restart], 2 * self.max_tokens
+        yield 2 * self.max_tokens, {"role": "user", "content": RESTART_MESSAGE.format(k=k, s="" if k == 1 else "s")}
 
     def propose(self, parent: Scored, mode: str, n: int, context: Context) -> list[Candidate]:
         if n <= 0:
             return []
-        messages = build_messages(parent, mode, n, context)
+        conversation = build_messages(parent, mode, n, context, self.tool_rounds)
+        box = toolbox(context)
         entry_file = parent.candidate.solution.entry_file
         best: list[Candidate] = []
-        for i, (msgs, max_tokens) in enumerate(self._attempts(messages, n)):
+        for i, (max_tokens, restart) in enumerate(self._attempts(n)):
+            # The first attempt may grow the conversation with tool calls and their results.
+            msgs = conversation if restart is None else [*conversation, restart]
             try:
-                text, finish = self._create(msgs, max_tokens)
+                reply = self._ask(msgs, max_tokens, box, n)
             except openai.APIStatusError as e:
                 fatal = self._fatal(e)
                 if fatal is not None:
@@ -457,7 +653,9 @@ class LLMProgrammer:
                 log.warning("llm: request to %s failed (%s: %s); no candidates from this expansion",
                             self.client.base_url, type(e).__name__, e)  # fmt: skip
                 break
-            found = self._candidates(parse_reply(text, entry_file), parent, mode, n, context)
+            text, finish = reply.text, reply.finish
+            extra = {"tools_called": list(box.called) if box is not None else []} if _reactive(context) else None
+            found = self._candidates(parse_reply(text, entry_file), parent, mode, n, context, extra)
             if len(found) >= len(best):
                 best = found
             if finish != "length":
