@@ -8,16 +8,14 @@ from __future__ import annotations
 import ast
 import json
 import logging
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
 import pytest
-from fake_openai import API_KEY, FAST_RETRY, MODEL, FakeOpenAI, NetworkGuard, error, ok
+from fake_openai import API_KEY, FAST_RETRY, MODEL, FakeOpenAI, error, ok
 
 from kernelpro.runner.candidate import Candidate
-from kernelpro.runner.config import load_config
 from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
 from kernelpro.runner.programmers import Context, PluginError, load
 from kernelpro.runner.programmers.llm import LLMProgrammer, build_messages, make, parse_reply
@@ -44,41 +42,6 @@ def answer(*candidates: tuple[str, dict[str, str]]) -> str:
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[NetworkGuard]:
-    """Any connection beyond loopback (api.openai.com included) is refused and fails the test."""
-    guard = NetworkGuard().install(monkeypatch)
-    yield guard
-    guard.check()
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI().start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-    fake.check()
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Target:
-    """The demo repository's swiglu target, loaded through .kernelpro.yml as the runner does."""
-    repo = tmp_path_factory.mktemp("demo")
-    shutil.copytree(DEMO / "commit1", repo, dirs_exist_ok=True)
-    shutil.copytree(DEMO / "commit2", repo, dirs_exist_ok=True)
-    return load_config(repo / ".kernelpro.yml").target("swiglu")
-
-
-@pytest.fixture(scope="module")
-def repo_root(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("checkout")
-    (root / "kernels").mkdir()
-    (root / ENTRY).write_text(BASELINE)
-    return root
 
 
 def parent_of(target: Target, root: Path, status: str = "PASSED", log: str = "", speedup: float = 1.0) -> Scored:

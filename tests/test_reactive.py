@@ -9,17 +9,14 @@ fake OpenAI server on loopback, through the real openai client; nothing reaches 
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from fake_openai import API_KEY, MODEL, FakeOpenAI, NetworkGuard, calls, error, ok
-from test_llm import BASELINE, DEMO, ENTRY, answer, parent_of, variant
+from test_llm import ENTRY, answer, parent_of, variant
 
-from kernelpro.runner.config import load_config
 from kernelpro.runner.profile import Profile
 from kernelpro.runner.profile.ncu import parse_csv
 from kernelpro.runner.profile.sass import parse_sass
@@ -46,38 +43,16 @@ AVAILABLE = ["warp_stall", "barrier_stall", "memory_coalescing", "vectorization"
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[NetworkGuard]:
-    """Any connection beyond loopback (api.openai.com included) is refused and fails the test."""
-    guard = NetworkGuard().install(monkeypatch)
-    yield guard
-    guard.check()
 
 
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI().start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-    fake.check()
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Target:
-    repo = tmp_path_factory.mktemp("demo")
-    shutil.copytree(DEMO / "commit1", repo, dirs_exist_ok=True)
-    shutil.copytree(DEMO / "commit2", repo, dirs_exist_ok=True)
-    return load_config(repo / ".kernelpro.yml").target("swiglu")
 
 
-@pytest.fixture(scope="module")
-def repo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("checkout")
-    (root / "kernels").mkdir()
-    (root / ENTRY).write_text(BASELINE)
-    return root
+
+
+
+
 
 
 @pytest.fixture(scope="module")

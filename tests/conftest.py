@@ -1,0 +1,55 @@
+"""Shared fixtures. No test may reach a network peer beyond loopback: a real model provider or
+GitHub would make a test depend on the outside world (and spend money)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI, NetworkGuard
+
+from kernelpro.runner.config import load_config
+from kernelpro.runner.target import Target
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
+ENTRY = "kernels/swiglu.py"
+BASELINE = (DEMO / "commit2" / ENTRY).read_text()
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[NetworkGuard]:
+    """Any connection beyond loopback (api.openai.com included) is refused and fails the test."""
+    guard = NetworkGuard().install(monkeypatch)
+    yield guard
+    guard.check()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    fake.check()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """The demo repository's swiglu target, loaded through .kernelpro.yml as the runner does."""
+    repo = tmp_path_factory.mktemp("demo")
+    shutil.copytree(DEMO / "commit1", repo, dirs_exist_ok=True)
+    shutil.copytree(DEMO / "commit2", repo, dirs_exist_ok=True)
+    return load_config(repo / ".kernelpro.yml").target("swiglu")
+
+
+@pytest.fixture(scope="module")
+def repo_root(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("checkout")
+    (root / "kernels").mkdir()
+    (root / ENTRY).write_text(BASELINE)
+    return root
+
+
