@@ -104,7 +104,7 @@ def _progress(settings: Settings, total: int, label: str) -> Any:
 
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
-                 tool_mode: str = "proactive") -> int:  # fmt: skip
+                 tool_mode: str = "proactive", memory: bool = True) -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
@@ -164,7 +164,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                 except (OSError, ValueError):
                     base_solution = None
             rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
-                             tool_mode=tool_mode, extra_tools=extra_tools)  # fmt: skip
+                             tool_mode=tool_mode, extra_tools=extra_tools, memory=memory)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
@@ -194,7 +194,7 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
                         budget=args.budget, programmer_name=args.programmer, search=args.search,
-                        feedback=args.feedback, tool_mode=args.tools)  # fmt: skip
+                        feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -344,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --feedback tools: run every relevant tool and put the findings in the prompt "
                         "(proactive, default), or offer the tools to the model as function calls (reactive; "
                         "--programmer llm)")  # fmt: skip
+    o.add_argument("--memory", default="on", choices=("on", "off"),
+                   help="keep a search memory and show it to the programmer (default on)")
     o.set_defaults(fn=cmd_optimize)
 
     tl = sub.add_parser("tools", help="the micro-profiling tools")

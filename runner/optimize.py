@@ -18,6 +18,7 @@ from typing import Any
 from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
+from .memory import SearchMemory
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
@@ -48,6 +49,8 @@ class RunSettings:
     """Evaluator settings for search evaluations."""
     feedback: str = "tools"
     """What profiling reaches the programmer: none | raw (metrics only) | tools (findings + metrics)."""
+    memory: bool = True
+    """Keep a search memory and show it to the programmer (off: the ablation)."""
     tool_mode: str = "proactive"
     """With feedback 'tools': proactive (every relevant tool runs, findings in the prompt) | reactive (the
     tools are offered to the model as function calls)."""
@@ -105,6 +108,8 @@ class Result:
     """Candidate key -> its profile and Stage 2 findings (the baseline and each new best)."""
     profile_seconds: float = 0.0
     """Time spent profiling."""
+    memory: tuple[dict[str, Any], ...] = ()
+    """The search memory at the end: section, text, evaluation."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -262,6 +267,11 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if base_prof is not None:
             analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
 
+    memory = SearchMemory(enabled=settings.memory)
+    memory.key_files(target.files, target.entry_point)
+    if baseline_cand.key in analyses:
+        memory.observe(0, baseline, None, analyses[baseline_cand.key][1].findings)
+
     def bounded_eval(cand: Candidate) -> Scored | None:
         if len(evaluated) >= budget or time.perf_counter() > deadline:
             return None
@@ -269,6 +279,9 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         scored = record(cand, run_eval(cand))
         if scored.outcome.passed and scored.speedup > before:
             profile(cand)  # findings on each new best steer the next proposals
+        parent = next((x for x in evaluated if x.candidate.key == cand.parent), None)
+        found = analyses[cand.key][1].findings if cand.key in analyses else ()
+        memory.observe(len(evaluated) - 1, scored, parent, found)
         return scored
 
     def feedback_for(key: str | None) -> tuple[str, tuple, Profile | None]:
@@ -296,7 +309,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
             return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
-                                                               profile=prof))  # fmt: skip
+                                                               profile=prof, memory=memory.render()))  # fmt: skip
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             halted.append(str(e))
@@ -323,7 +336,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     if winner is not None:
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
-                   out_dir, head_checkout, settings, stage1, analyses, prof_time[0])  # fmt: skip
+                   out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()))  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -339,9 +352,10 @@ def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
 def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Scored], winner: GateResult | None,
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
-            analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0) -> Result:  # fmt: skip
+            analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
+            memory: tuple[dict[str, Any], ...] = ()) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    time.perf_counter() - t0, resumed, stage1, dict(analyses or {}), profile_seconds)  # fmt: skip
+                    time.perf_counter() - t0, resumed, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -76,6 +76,8 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "curve": curve,
         "feedback": settings.feedback,
         "tool_mode": settings.tool_mode,
+        "memory_on": settings.memory,
+        "memory": list(result.memory),
         "stage1": _stage1(result),
         "baseline_analysis": _analysis(result, result.baseline.candidate.key),
         "winner_analysis": _analysis(result, w.candidate.key if w else None),

@@ -35,6 +35,8 @@ class Context:
     """Profiler feedback on the parent, already rendered for a prompt (empty when feedback is off)."""
     findings: tuple[Any, ...] = ()
     """The parent's Findings (runner.tools.Finding), severity-ordered, for programmers that act on them."""
+    memory: str = ""
+    """The run's search memory, rendered for a prompt (empty when memory is off)."""
     profile: Any = None
     """The parent's Profile (runner.profile.Profile), or its nearest profiled ancestor's; None when unprofiled."""
     tool_mode: str = "proactive"
