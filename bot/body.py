@@ -1,0 +1,519 @@
+"""Markdown the bot posts: the follow-up PR body, the "baseline stands" comment, the job summary.
+
+Input is a validated :class:`~kernelpro.bot.artifact.Results`, whose text still came from the
+optimize job (untrusted): every string from it goes through :func:`md` (inline Markdown) or
+:func:`code_block` before it reaches a template, so hostile stop reasons, notes, finding titles or
+file names cannot inject HTML, close a code fence, break a table or ``@mention`` anyone.
+
+GitHub refuses a PR body over 65,536 characters. :func:`render_body` renders with every part, and
+when the result is too long drops parts in this order, stopping as soon as it fits:
+
+1. the best-speedup-by-evaluation chart and search details (``curve``);
+2. the per-workload timing, correctness and roofline tables (``workloads``);
+3. the profiling findings (``findings``);
+4. every per-kernel section: one headline row per kernel remains (``sections``);
+5. headline rows beyond what fits, counted in a closing line.
+
+The headline (verified speedups) and the link to the results artifact are always kept, and a
+note lists what was left out. All numbers come from the artifact; nothing is estimated except
+the base branch's geometric-mean time, which is labelled as derived.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jinja2
+
+from kernelpro.templates import environment
+
+from .artifact import Results, TargetResults, Winner
+
+__all__ = [
+    "BODY_LIMIT",
+    "DROP_ORDER",
+    "code_block",
+    "md",
+    "render_body",
+    "render_job_summary",
+    "render_no_pr_comment",
+]
+
+BODY_LIMIT = 65_536
+"""GitHub's limit on a PR body or comment, in characters."""
+_BUDGET = BODY_LIMIT - 1_536
+"""What we aim for: a margin for counting differences (GitHub may count UTF-16 units)."""
+DROP_ORDER = ("curve", "workloads", "findings", "sections")
+"""Parts dropped, first to last, when the body is over the limit."""
+_DROP_LABELS = {
+    "curve": "the best-speedup-by-evaluation charts",
+    "workloads": "the per-workload timing, correctness and roofline tables",
+    "findings": "the profiling findings",
+    "sections": "the per-kernel sections (reproduction commands, provenance details)",
+}
+MAX_CHART_POINTS = 60
+"""The chart samples the curve down to this many points."""
+NOT_MEASURED = "not measured in this version"
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+_MD_SPECIAL = re.compile(r"([\\*_\[\]|~#!()])")
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?")
+
+
+# --------------------------------------------------------------------------- escaping
+
+
+def strip_control(text: str, *, keep_newlines: bool = False) -> str:
+    """Remove control and bidi-override characters; tabs (and newlines unless kept) become spaces."""
+    if keep_newlines:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        return _CONTROL.sub("", text.replace("\t", "    "))
+    return _CONTROL.sub("", re.sub(r"[\t\n\r]+", " ", text))
+
+
+def md(value: object, limit: int = 300) -> str:
+    """Untrusted text as inert inline Markdown: one line, bounded, no HTML, no mentions.
+
+    Control characters are removed, the text is cut to ``limit`` characters, Markdown punctuation
+    is backslash-escaped, ``& < > "`` and backticks become entities, and ``@`` gets a zero-width
+    space after it so ``@user`` and ``@org/team`` never notify anyone.
+    """
+    text = " ".join(strip_control(str(value)).split())
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+    return text.replace("`", "&#96;").replace("@", "@&#8203;")
+
+
+def code_block(text: str, lang: str = "") -> str:
+    """Text in a fenced code block whose fence no line of the text can close."""
+    body = strip_control(text, keep_newlines=True)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    if not body.endswith("\n"):
+        body += "\n"
+    return f"{fence}{lang}\n{body}{fence}"
+
+
+def _safe_url(url: str | None) -> str | None:
+    if not url:
+        return None
+    url = url.strip()
+    return url if _URL.fullmatch(url) and len(url) <= 500 else None
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.4f}" if x < 1 else f"{x:.3f}"
+
+
+def _x(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f} %"
+
+
+def _sci(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2e}"
+
+
+def _geomean(xs: Iterable[float]) -> float | None:
+    vals = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in vals) / len(vals)) if vals else None
+
+
+def _spread(mid: float, lo: float | None, hi: float | None) -> str:
+    return f"{_ms(mid)} ({_ms(lo)}-{_ms(hi)})" if lo is not None and hi is not None else _ms(mid)
+
+
+def _energy(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x * 1e3:.3f} mJ" if x >= 1e-3 else f"{x * 1e6:.1f} µJ"
+
+
+# --------------------------------------------------------------------------- view models
+
+
+def _libs(t: TargetResults) -> dict[str, str]:
+    return dict(t.libs)
+
+
+def _driver(t: TargetResults) -> str | None:
+    libs = _libs(t)
+    for k in ("driver", "nvidia_driver", "cuda_driver"):
+        if k in libs:
+            return libs[k]
+    return None
+
+
+def _gate_text(w: Winner) -> str:
+    trials = sorted({c.trials for c in w.correctness})
+    trials_s = "/".join(str(n) for n in trials) if trials else "n/a"
+    return (f"passed the final gate: at least {_x(w.gamma)} faster than the PR's kernel on every one of "
+            f"{len(w.workloads)} workload(s), re-measured side by side (gamma = {w.gamma:g}), and correct on "
+            f"{trials_s} fresh seeded input set(s) per workload")  # fmt: skip
+
+
+def _base_branch(t: TargetResults) -> str:
+    bb = t.base_branch
+    if bb is None:
+        return "not timed: the base branch has no different version of this kernel"
+    if bb.status != "PASSED" or not bb.speedup_vs_head:
+        return f"the base branch's kernel did not pass ({md(bb.status, 60)}), so no comparison"
+    rel = 1.0 / bb.speedup_vs_head
+    if t.winner is not None and t.winner.workloads:
+        g = _geomean(w.baseline_ms for w in t.winner.workloads)
+        est = (
+            f"; base branch ≈ {_ms(g / bb.speedup_vs_head)} ms geometric mean (derived)"
+            if g
+            else ""
+        )
+    else:
+        est = ""
+    if rel < 0.97:
+        verdict = f"**the PR made this kernel slower**: its kernel runs at {_x(rel)} the speed of the base branch's"
+    elif rel > 1.03:
+        verdict = f"the PR's own change is {_x(rel)} the speed of the base branch's kernel"
+    else:
+        verdict = f"the PR's kernel is on par with the base branch's ({_x(rel)})"
+    return verdict + est
+
+
+def _roofline(t: TargetResults) -> str:
+    s = t.stage1
+    if s is None:
+        return (
+            "not measured (no GPU profile in this run)"
+            if t.gpu_timings
+            else "not measured (no GPU)"
+        )
+    cand = {w.uuid: w.candidate_ms for w in t.winner.workloads} if t.winner else {}
+    before = [r.pct_of_roofline for r in s.workloads if r.pct_of_roofline is not None]
+    after = [100.0 * r.floor_ms / cand[r.uuid] for r in s.workloads
+             if r.floor_ms is not None and cand.get(r.uuid)]  # fmt: skip
+
+    def rng(xs: Sequence[float]) -> str:
+        lo, hi = min(xs), max(xs)
+        return _pct(lo) if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
+
+    parts = []
+    if before:
+        parts.append(f"PR's kernel at {rng(before)} of the roofline floor")
+    if after:
+        parts.append(f"the winner at {rng(after)}")
+    return ", ".join(parts) if parts else "no roofline rows"
+
+
+def _stage1_class(t: TargetResults) -> str:
+    s = t.stage1
+    if s is None:
+        return "n/a"
+    text = f"**{md(s.bottleneck, 40)}-bound**"
+    if s.note:
+        text += f" ({md(s.note, 300)})"
+    return text
+
+
+def _energy_row(t: TargetResults) -> str:
+    w = t.winner
+    rows = [
+        x
+        for x in (w.workloads if w else ())
+        if x.baseline_energy_j is not None or x.candidate_energy_j is not None
+    ]
+    if not rows:
+        return NOT_MEASURED
+    return "; ".join(
+        f"{md(x.axes, 80)}: {_energy(x.baseline_energy_j)} -> {_energy(x.candidate_energy_j)}"
+        for x in rows
+    )
+
+
+def _chart(t: TargetResults) -> str | None:
+    pts = list(t.curve)
+    if not pts:
+        return None
+    if len(pts) > MAX_CHART_POINTS:
+        step = math.ceil(len(pts) / MAX_CHART_POINTS)
+        pts = pts[::step] + ([pts[-1]] if (len(pts) - 1) % step else [])
+    top = max(p.best_speedup for p in pts)
+    ymax = max(1.0, math.ceil(top * 1.1 * 10) / 10)
+    xs = ", ".join(str(p.evaluation) for p in pts)
+    ys = ", ".join(f"{p.best_speedup:.3f}" for p in pts)
+    return ("```mermaid\nxychart-beta\n"
+            '    title "Best verified speedup by evaluation"\n'
+            f'    x-axis "evaluation" [{xs}]\n'
+            f'    y-axis "speedup (x)" 0 --> {ymax:g}\n'
+            f"    line [{ys}]\n```")  # fmt: skip
+
+
+def _kernel(t: TargetResults, head_sha: str) -> dict[str, Any]:
+    w = t.winner
+    name = _name(t)
+    statuses = ", ".join(f"{md(k, 40)} {v}" for k, v in t.statuses) or "none"
+    search = (f"{md(t.search, 40)}, {t.evaluations} evaluation(s) ({statuses})"
+              + (f", {t.resumed_from_journal} read back from the journal" if t.resumed_from_journal else "")
+              + f", {t.seconds:.0f} s"
+              + (f" (profiling {t.profile_seconds:.0f} s)" if t.profile_seconds else "")
+              + f"; stopped: {md(t.stop_reason, 300)}")  # fmt: skip
+    if t.feedback:
+        search += f"; feedback {md(t.feedback, 20)}" + (
+            f", tools {md(t.tool_mode, 20)}" if t.tool_mode else ""
+        )
+    fixed = {f.tool for f in t.winner_findings} if t.winner_findings is not None else None
+    findings = [{"severity": md(f.severity, 20), "title": md(f.title, 300), "tool": md(f.tool, 60),
+                 "source": md(f.source, 20),
+                 "status": "" if fixed is None else ("not found in the winner" if f.tool not in fixed else "still present")}
+                for f in t.findings[:20]]  # fmt: skip
+    winner: dict[str, Any] | None = None
+    if w is not None:
+        base_g = _geomean(x.baseline_ms for x in w.workloads)
+        best_g = _geomean(x.candidate_ms for x in w.workloads)
+        winner = {
+            "speedup": _x(w.speedup),
+            "gate": _gate_text(w),
+            "baseline_time": f"{_ms(base_g)} ms" if base_g else "n/a",
+            "best_time": f"{_ms(best_g)} ms" if best_g else "n/a",
+            "lineage": "; then ".join(md(x, 200) for x in w.lineage[:20]) or md(w.note, 300),
+            "params": ", ".join(f"{md(k, 100)} = {md(v, 40)}" for k, v in w.params[:30]),
+            "files": ", ".join(md(f, 200) for f in t.patch_files),
+            "workloads": [
+                {
+                    "axes": md(x.axes, 80),
+                    "baseline": _spread(x.baseline_ms, x.baseline_p10_ms, x.baseline_p90_ms),
+                    "best": _spread(x.candidate_ms, x.candidate_p10_ms, x.candidate_p90_ms),
+                    "speedup": _x(x.speedup)
+                    + (
+                        f" ({_x(x.speedup_low)}-{_x(x.speedup_high)})"
+                        if x.speedup_low is not None and x.speedup_high is not None
+                        else ""
+                    ),
+                    "n": "n/a" if x.n is None else str(x.n),
+                }
+                for x in w.workloads
+            ],  # fmt: skip
+            "correctness": [
+                {
+                    "axes": md(axes_of.get(c.uuid, c.uuid), 80),
+                    "trials": c.trials,
+                    "seeds": ", ".join(str(s) for s in c.seeds[:8])
+                    + (" ..." if len(c.seeds) > 8 else ""),
+                    "max_abs": _sci(c.max_abs),
+                    "max_rel": _sci(c.max_rel),
+                    "rel_l2": _sci(c.rel_l2),
+                }
+                for axes_of in [{x.uuid: x.axes for x in w.workloads}]
+                for c in w.correctness
+            ],  # fmt: skip
+        }
+    s = t.stage1
+    roofline_rows = []
+    if s is not None:
+        cand = {x.uuid: x.candidate_ms for x in w.workloads} if w else {}
+        for r in s.workloads:
+            after = (
+                100.0 * r.floor_ms / cand[r.uuid]
+                if r.floor_ms is not None and cand.get(r.uuid)
+                else None
+            )
+            roofline_rows.append({"axes": md(r.axes, 80), "intensity": "n/a" if r.intensity is None else f"{r.intensity:.3g}",
+                                  "floor": _ms(r.floor_ms), "baseline": _ms(r.baseline_ms),
+                                  "before": _pct(r.pct_of_roofline), "after": _pct(after), "max": _x(r.max_speedup)})  # fmt: skip
+    ceilings = None
+    if s is not None and s.ceilings is not None:
+        c = s.ceilings
+        ceilings = f"{c.bandwidth_gbs:g} GB/s, {c.flops_tflops:g} TFLOP/s ({md(c.source, 100)})"
+    gates_failed = [f"{md(g.solution, 60)}: {md(g.reason, 200)}" for g in t.gates if not g.passed][
+        :10
+    ]
+    tol = (
+        "; ".join(f"{md(x.dtype, 32)} atol={x.atol:g} rtol={x.rtol:g}" for x in t.tolerances)
+        or "as in the artifact's report.md"
+    )
+    libs = _libs(t)
+    return {
+        "name": name,
+        "gpu": t.gpu_timings,
+        "hardware": md(t.hardware, 100),
+        "winner": winner,
+        "stop_reason": md(t.stop_reason, 300),
+        "baseline_status": md(t.baseline_status, 40),
+        "gates_failed": gates_failed,
+        "base_branch": _base_branch(t),
+        "roofline": _roofline(t),
+        "stage1": _stage1_class(t),
+        "compute_pct": None if s is None or s.compute_pct is None else _pct(s.compute_pct),
+        "memory_pct": None if s is None or s.memory_pct is None else _pct(s.memory_pct),
+        "ceilings": ceilings,
+        "roofline_rows": roofline_rows,
+        "energy": _energy_row(t),
+        "findings": findings,
+        "more_findings": max(0, len(t.findings) - 20),
+        "tolerances": tol,
+        "chart": _chart(t),
+        "curve_len": len(t.curve),
+        "search": search,
+        "by_stage": ", ".join(f"{md(k, 30)} {v:g} s" for k, v in t.seconds_by_stage),
+        "repro": code_block(
+            f"gh run download <run-id> -n <artifact>   # the results artifact of this run\n"
+            f"cd <artifact>/{t.name}\n"
+            "kernelpro evaluate --definition definition.json --solution solution.json "
+            "--workloads workloads.jsonl --out check.jsonl\n"
+            f"# or search again from the PR head:\n"
+            f"kernelpro optimize --repo . --base <base> --head {head_sha} --kernel {t.name} "
+            f"--budget {max(t.evaluations, 1)} --out results",
+            "bash",
+        ),  # fmt: skip
+        "provenance": {
+            "kernelpro": md(t.kernelpro_version, 40),
+            "gpu": md(t.hardware, 100),
+            "driver": md(_driver(t) or "not recorded", 60),
+            "torch": md(libs.get("torch", "not recorded"), 60),
+            "triton": md(libs.get("triton", "not recorded"), 60),
+            "cuda": md(libs.get("cuda", "not recorded"), 60),
+        },
+    }
+
+
+def _name(t: TargetResults) -> str:
+    """The target name for a code span: load_results allows only ``[A-Za-z0-9._-]``, so it is inert."""
+    return t.name if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", t.name) else "invalid-name"
+
+
+def _headline(t: TargetResults) -> dict[str, str]:
+    w = t.winner
+    return {
+        "name": _name(t),
+        "result": f"**{_x(w.speedup)}** faster, verified" if w else "the PR's kernel stands",
+        "detail": (
+            f"gate gamma {w.gamma:g}, {len(w.workloads)} workload(s)"
+            if w
+            else md(t.stop_reason, 200)
+        ),
+        "hardware": md(t.hardware, 60) + ("" if t.gpu_timings else " (not GPU timings)"),
+        "evaluations": str(t.evaluations),
+    }
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _env() -> jinja2.Environment:
+    return environment()
+
+
+def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str | None,
+                kernelpro_version: str, programmer: str, model: str | None) -> str:  # fmt: skip
+    """The follow-up PR's body, always within :data:`BODY_LIMIT` characters (see the module doc)."""
+    # Only a hex SHA goes into the text (and the reproduction command); anything else is a bug upstream.
+    head = head_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", head_sha) else "unknown"
+    url = _safe_url(run_url)
+    ctx: dict[str, Any] = {
+        "pr": int(pr_number),
+        "head_sha": head,
+        "run_url": url,
+        "artifact_url": f"{url}#artifacts" if url else None,
+        "kernelpro_version": md(kernelpro_version, 40),
+        "programmer": md(programmer, 60),
+        "model": md(model, 100) if model else None,
+        "winners": [_headline(t) for t in results.winners],
+        "headlines": [_headline(t) for t in results.targets],
+        "n_targets": len(results.targets),
+        "cpu": [_name(t) for t in results.targets if not t.gpu_timings],
+        "kernels": [_kernel(t, head) for t in results.targets],
+        "not_measured": NOT_MEASURED,
+    }
+    template = _env().get_template("pr_body.md.j2")
+    dropped: list[str] = []
+    for level in range(len(DROP_ORDER) + 1):
+        dropped = list(DROP_ORDER[:level])
+        show = {part: part not in dropped for part in DROP_ORDER}
+        omitted = [_DROP_LABELS[p] for p in dropped]
+        body = template.render(**ctx, show=show, omitted=omitted, more_headlines=0)
+        if len(body) <= _BUDGET:
+            return body
+    # Still too long with headline rows only: keep as many rows as fit and count the rest.
+    rows = ctx["headlines"]
+    lo, hi = 0, len(rows)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        body = template.render(**{**ctx, "headlines": rows[:mid]}, show=show, omitted=omitted,
+                               more_headlines=len(rows) - mid)  # fmt: skip
+        lo, hi = (mid, hi) if len(body) <= _BUDGET else (lo, mid - 1)
+    body = template.render(**{**ctx, "headlines": rows[:lo]}, show=show, omitted=omitted,
+                           more_headlines=len(rows) - lo)  # fmt: skip
+    if len(body) > _BUDGET:  # a pathological fixed part; never exceed the limit
+        tail = "\n\n*(cut to fit GitHub's limit; the full report is in the results artifact)*\n"
+        body = body[: _BUDGET - len(tail)] + tail
+    return body
+
+
+def render_no_pr_comment(results: Results, *, run_url: str | None = None) -> str:
+    """The sticky comment when no kernel has a verified winner: the baseline stands, and why."""
+    url = _safe_url(run_url)
+    rows = []
+    for t in results.targets:
+        if t.winner is not None:
+            rows.append({"name": _name(t), "result": f"{_x(t.winner.speedup)} faster, verified",
+                         "reason": "see the follow-up pull request"})  # fmt: skip
+            continue
+        reason = md(t.stop_reason, 300)
+        if t.baseline_status != "PASSED":
+            reason = f"the PR's kernel fails verification ({md(t.baseline_status, 40)}): {reason}"
+        failed = [f"{md(g.solution, 60)} ({md(g.reason, 120)})" for g in t.gates if not g.passed][
+            :3
+        ]
+        if failed:
+            reason += "; failed the final gate: " + "; ".join(failed)
+        elif t.baseline_status == "PASSED":
+            reason += "; no candidate passed verification and beat the PR's kernel"
+        rows.append({"name": _name(t), "result": "the baseline stands", "reason": reason})
+    lines = ["**kernelpro: the baseline stands.** No candidate beat the pull request's kernel by the "
+             "verified margin, so there is no follow-up pull request.", ""]  # fmt: skip
+    if any(not t.gpu_timings for t in results.targets):
+        lines += [
+            "> **These timings are not GPU timings** (no GPU: Triton's interpreter on the CPU).",
+            "",
+        ]
+    lines += ["| kernel | result | reason |", "|---|---|---|"]
+    lines += [f"| `{r['name']}` | {r['result']} | {r['reason']} |" for r in rows]
+    if url:
+        lines += ["", f"Full reports: [results artifact]({url}#artifacts)."]
+    return _fit("\n".join(lines) + "\n")
+
+
+def render_job_summary(results: Results) -> str:
+    """A short Markdown table for ``GITHUB_STEP_SUMMARY``."""
+    lines = ["## kernelpro", ""]
+    if any(not t.gpu_timings for t in results.targets):
+        lines += [
+            "> **These timings are not GPU timings** (no GPU: Triton's interpreter on the CPU).",
+            "",
+        ]
+    lines += ["| kernel | result | evaluations | hardware | stopped |", "|---|---|---|---|---|"]
+    for t in results.targets:
+        h = _headline(t)
+        lines.append(
+            f"| `{h['name']}` | {h['result']} | {h['evaluations']} | {h['hardware']} | {md(t.stop_reason, 120)} |"
+        )
+    return _fit("\n".join(lines) + "\n")
+
+
+def _fit(text: str) -> str:
+    if len(text) <= _BUDGET:
+        return text
+    tail = "\n\n*(cut to fit GitHub's limit; the rest is in the results artifact)*\n"
+    return text[: _BUDGET - len(tail)] + tail

@@ -1,0 +1,236 @@
+"""bot/body.py and templates/pr_body.md.j2: the follow-up PR body, the no-PR comment, the job summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from test_bot_artifact import ALLOWED, H200, demo_results
+
+from kernelpro.bot.artifact import CurvePoint, Finding, Results, WorkloadTiming, load_results
+from kernelpro.bot.body import (
+    BODY_LIMIT,
+    NOT_MEASURED,
+    code_block,
+    md,
+    render_body,
+    render_job_summary,
+    render_no_pr_comment,
+)
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+RUN = "https://github.com/acme/kernels/actions/runs/42"
+
+
+def body(results: Results, run_url: str | None = RUN) -> str:
+    return render_body(results, pr_number=7, head_sha=SHA, run_url=run_url, kernelpro_version="0.1.0",
+                       programmer="llm", model="gpt-test")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gpu() -> Results:
+    return load_results(H200, allowed_files=ALLOWED)
+
+
+@pytest.fixture(scope="module")
+def cpu(tmp_path_factory: pytest.TempPathFactory) -> Results:
+    return load_results(demo_results(tmp_path_factory), allowed_files=ALLOWED)
+
+
+def test_gpu_body_has_every_field(gpu: Results) -> None:
+    b = body(gpu)
+    assert len(b) < BODY_LIMIT
+    for text in [
+        "faster kernels for #7",
+        "`swiglu` **3.55x** faster, verified",  # headline
+        "0.3545 ms geometric mean",  # baseline time
+        "0.1000 ms geometric mean",  # best time
+        "0.1800 (0.1791-0.1810)",
+        "0.0529 (0.0517-0.0539)",  # spread p10-p90
+        "3.40x (3.33x-3.50x)",
+        "gamma = 1.03",
+        "5 fresh seeded input set(s)",  # speedup and gate
+        "| base branch | not timed",
+        "PR's kernel at 26-27 % of the roofline floor, the winner at 90-100 %",  # roofline position
+        "**memory-bound**",  # Stage 1 class
+        "**[critical]** 74% of stall cycles",
+        "**[high]** Global loads are scalar",  # findings
+        f"| energy per call | {NOT_MEASURED} |",
+        "Tolerances: float32 atol=1e-05 rtol=1e-05",
+        "1.91e-06",
+        "4.42e-07",
+        "1334611201",  # correctness
+        "```mermaid\nxychart-beta",
+        "line [1.000, 1.000, 3.413",  # chart
+        "mcts, 16 evaluation(s) (PASSED 16), 246 s",  # search statistics
+        "kernelpro evaluate --definition definition.json",
+        f"--head {SHA} --kernel swiglu",  # reproduce
+        "kernelpro 0.1.0",
+        "programmer: llm, model: gpt-test",
+        "GPU NVIDIA\\_H200",
+        "driver not recorded",
+        "torch 2.11.0+cu130",
+        "triton 3.6.0",
+        SHA,  # provenance
+        f"[results artifact]({RUN}#artifacts)",
+        "<details><summary>Timings per workload",
+    ]:
+        assert text in b, text
+    assert "not GPU timings" not in b
+    assert b.count("<details>") == b.count("</details>")
+    assert b.count("```") % 2 == 0
+
+
+def test_base_branch_regression_is_reported(gpu: Results) -> None:
+    from kernelpro.bot.artifact import BaseBranch
+
+    t = dataclasses.replace(gpu.targets[0], base_branch=BaseBranch("PASSED", 1.25))
+    b = body(dataclasses.replace(gpu, targets=(t,)))
+    assert (
+        "**the PR made this kernel slower**: its kernel runs at 0.80x the speed of the base branch's"
+        in b
+    )
+    assert "base branch ≈ 0.2836 ms geometric mean (derived)" in b
+
+
+def test_energy_shown_when_measured(gpu: Results) -> None:
+    t = gpu.targets[0]
+    assert t.winner is not None
+    wl = tuple(
+        dataclasses.replace(w, baseline_energy_j=0.012, candidate_energy_j=0.004)
+        for w in t.winner.workloads
+    )
+    t = dataclasses.replace(t, winner=dataclasses.replace(t.winner, workloads=wl))
+    b = body(dataclasses.replace(gpu, targets=(t,)))
+    assert "M=4096: 12.000 mJ -> 4.000 mJ" in b and NOT_MEASURED not in b
+
+
+def test_cpu_demo_carries_the_warning(cpu: Results) -> None:
+    b = body(cpu, run_url=None)
+    assert "**These timings are not GPU timings.**" in b
+    assert "(not GPU timings)" in b
+    assert "the results artifact of this workflow run" in b
+    assert "not measured (no GPU)" in b
+    assert "not GPU timings" in render_job_summary(cpu)
+
+
+def _hostile(gpu: Results, tmp_path: Path) -> Results:
+    d = tmp_path / "r"
+    shutil.copytree(H200, d)
+    for p in d.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    data = json.loads((d / "summary.json").read_text())
+    t = data["targets"][0]
+    t["stop_reason"] = "budget\x1b[31m spent\x00\x07\u202e\r\n## injected heading"
+    t["baseline_analysis"]["findings"][0]["title"] = (
+        "<script>alert(1)</script> @octocat `rm -rf /` | col ```"
+    )
+    t["winner"]["lineage"] = ["<img src=x onerror=alert(1)> cc @acme/team [x](javascript:alert(1))"]
+    t["winner"]["workloads"][0]["axes"] = {"M": "4096</details><b>"}
+    (d / "summary.json").write_text(json.dumps(data))
+    return load_results(d, allowed_files=ALLOWED)
+
+
+def test_hostile_text_is_escaped(gpu: Results, tmp_path: Path) -> None:
+    r = _hostile(gpu, tmp_path)
+    outputs = [body(r), render_job_summary(r)]
+    t = r.targets[0]
+    no_win = dataclasses.replace(t, winner=None, patch="", patch_files=())
+    outputs.append(render_no_pr_comment(dataclasses.replace(r, targets=(no_win,))))
+    for out in outputs:
+        assert "<script" not in out and "<img" not in out and "<b>" not in out
+        assert "@octocat" not in out and "@acme/team" not in out
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", out)
+        assert "\n## injected" not in out
+        assert "`rm -rf" not in out
+    b = outputs[0]
+    assert (
+        "&lt;script&gt;alert\\(1\\)&lt;/script&gt; @&#8203;octocat &#96;rm -rf /&#96; \\| col" in b
+    )
+    stopped = next(line for line in b.splitlines() if "stopped:" in line)
+    assert "stopped: budget\\[31m spent \\#\\# injected heading" in stopped
+    assert b.count("<details>") == b.count("</details>")
+    assert "(gh run download" not in b
+
+
+def test_md_and_code_block() -> None:
+    assert md("a\x1bb\nc", 100) == "ab c"
+    assert md("x" * 50, 10) == "x" * 9 + "…"
+    assert md("@user") == "@&#8203;user"
+    block = code_block("a\n```\nb", "diff")
+    assert block.startswith("````diff\n") and block.endswith("\n````")
+
+
+def test_size_limit_drops_parts_in_order(gpu: Results) -> None:
+    t = gpu.targets[0]
+    assert t.winner is not None
+    # One kernel with a huge curve: only the chart goes, the tables stay.
+    curve = tuple(CurvePoint(i, 1.0 + i / 1e4, "PASSED") for i in range(1, 10_001))
+    big_curve = dataclasses.replace(
+        t, curve=curve, seconds_by_stage=tuple((f"s{i}" * 20, 1.0) for i in range(256))
+    )
+    b = body(dataclasses.replace(gpu, targets=(big_curve,)))
+    assert len(b) <= BODY_LIMIT
+    assert "xychart-beta" in b  # sampled down, it fits
+    # Artificially huge: 256 kernels, each with 1000 workloads and long findings.
+    wl = tuple(
+        dataclasses.replace(t.winner.workloads[0], uuid=f"w{i}", axes=f"M={i}") for i in range(1000)
+    )
+    findings = tuple(Finding("tool", "high", "t" * 1000, "", "ncu") for _ in range(300))
+    huge = dataclasses.replace(
+        t, winner=dataclasses.replace(t.winner, workloads=wl), findings=findings, curve=curve
+    )
+    targets = tuple(dataclasses.replace(huge, name=f"kernel{i}") for i in range(256))
+    b = body(dataclasses.replace(gpu, targets=targets))
+    assert len(b) <= BODY_LIMIT
+    assert "## kernelpro: faster kernels for #7" in b
+    assert f"[results artifact]({RUN}#artifacts)" in b
+    assert "Left out to stay under GitHub's 65,536-character limit" in b
+    assert "`kernel0` | **3.55x** faster, verified" in b
+    assert b.strip().endswith("</sub>")
+    # Middle case: workloads and findings go, the per-kernel sections stay.
+    few = tuple(dataclasses.replace(huge, name=f"kernel{i}") for i in range(3))
+    b = body(dataclasses.replace(gpu, targets=few))
+    assert len(b) <= BODY_LIMIT
+    assert "the best-speedup-by-evaluation charts; the per-workload" in b
+    assert "### `kernel2`: 3.55x faster" in b and "<details><summary>Reproduce" in b
+
+
+def test_no_pr_comment(gpu: Results) -> None:
+    t = gpu.targets[0]
+    from kernelpro.bot.artifact import Gate
+
+    lost = dataclasses.replace(t, winner=None, patch="", patch_files=(), stop_reason="budget spent",
+                               gates=(Gate("swiglu-abc", False, 1.01, "slower than 1.03x on M=4096"),))  # fmt: skip
+    c = render_no_pr_comment(dataclasses.replace(gpu, targets=(lost,)), run_url=RUN)
+    assert "the baseline stands" in c
+    assert (
+        "| `swiglu` | the baseline stands | budget spent; failed the final gate: swiglu-abc (slower than 1.03x on M=4096) |"
+        in c
+    )
+    assert f"({RUN}#artifacts)" in c
+    assert len(c) <= BODY_LIMIT
+
+
+def test_job_summary(gpu: Results) -> None:
+    s = render_job_summary(gpu)
+    assert "| `swiglu` | **3.55x** faster, verified | 16 | NVIDIA\\_H200 | budget spent |" in s
+
+
+def test_wrong_head_sha_is_not_echoed(gpu: Results) -> None:
+    b = render_body(gpu, pr_number=7, head_sha="`; rm -rf / #", run_url="javascript:alert(1)",
+                    kernelpro_version="0.1.0", programmer="tuner", model=None)  # fmt: skip
+    assert "rm -rf" not in b and "javascript:" not in b and "unknown" in b
+
+
+def test_workload_timing_fields_documented() -> None:
+    # Every field of the data classes has a doc line (the body is built from these names).
+    import kernelpro.bot.artifact as art
+
+    src = Path(art.__file__).read_text()
+    for f in dataclasses.fields(WorkloadTiming):
+        assert re.search(rf"    {f.name}: .*\n    \"\"\"", src), f.name
