@@ -305,6 +305,15 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 # --------------------------------------------------------------------------- main
 
 
+def _action(mode: str) -> Any:
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        from kernelpro import action
+
+        return int(getattr(action, f"cmd_{mode}")(args, settings))
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kernelpro.runner.programmers import REGISTRY
     from kernelpro.runner.search import STRATEGIES
@@ -354,6 +363,22 @@ def build_parser() -> argparse.ArgumentParser:
     tll.add_argument("--json", action="store_true", help="machine-readable output")
     tll.set_defaults(fn=cmd_tools)
 
+    ac = sub.add_parser("action", help="the jobs of the GitHub workflow (plan, optimize, publish)")
+    ac_sub = ac.add_subparsers(dest="action_command", required=True)
+    acp = ac_sub.add_parser("plan", help="decide, check permission, list targets (trusted; runs no PR code)")
+    acp.add_argument("--out", default="kernelpro-plan", help="folder for plan.json")
+    acp.add_argument("--checkout", default=".", help="a clone of the repository (base branch) with full history")
+    acp.set_defaults(fn=_action("plan"))
+    aco = ac_sub.add_parser("optimize", help="optimize one planned target (the GPU job)")
+    aco.add_argument("--target", required=True, help="target name from the plan's matrix")
+    aco.add_argument("--out", default="kernelpro-out", help="results folder (uploaded as the artifact)")
+    aco.add_argument("--checkout", default=".", help="the repository checkout")
+    aco.set_defaults(fn=_action("optimize"))
+    acu = ac_sub.add_parser("publish", help="open or update the follow-up PR from the results (runs no PR code)")
+    acu.add_argument("--results", required=True, help="the downloaded optimize artifacts")
+    acu.add_argument("--checkout", default=".", help="a clone of the repository with full history")
+    acu.set_defaults(fn=_action("publish"))
+
     a = sub.add_parser("analyze", help="findings from saved profiler outputs; no GPU needed")
     a.add_argument("--ncu-csv", help="ncu --csv output (--page raw or --metrics)")
     a.add_argument("--ncu-rep", help="an .ncu-rep report (needs ncu installed to read it)")
@@ -390,6 +415,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (UsageError, FormatError, PluginError, WorkspaceError, ValueError) as e:
         return _err(str(e))
+    except Exception as e:
+        # GitHub API failures and the action's own errors: one clear line, no traceback.
+        from github import GithubException
+
+        from kernelpro.action import ActionError
+
+        if isinstance(e, ActionError):
+            return _err(str(e))
+        if isinstance(e, GithubException):
+            return _err(f"GitHub API error {e.status}: {e.data}; the results are in the artifact, rerun this job "
+                        "to publish them")  # fmt: skip
+        raise
     except KeyboardInterrupt:
         return _err("interrupted; evaluations finished so far are in the journal, rerun the same command to resume")
 

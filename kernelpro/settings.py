@@ -23,6 +23,26 @@ class Settings:
     """Token for the GitHub API (GITHUB_TOKEN)."""
     progress: bool
     """Draw terminal progress bars (off when KERNELPRO_PROGRESS=0 or CI=true)."""
+    github_api_url: str = "https://api.github.com"
+    """REST API root (GITHUB_API_URL; GitHub Enterprise Server sets its own)."""
+    github_server_url: str = "https://github.com"
+    """Web and git root (GITHUB_SERVER_URL)."""
+    github_repository: str = ""
+    """owner/name of the repository the workflow runs in (GITHUB_REPOSITORY)."""
+    event_name: str = ""
+    """GITHUB_EVENT_NAME."""
+    event_path: str = ""
+    """GITHUB_EVENT_PATH: the webhook payload that triggered the run."""
+    github_output: str = ""
+    """GITHUB_OUTPUT: where a step's outputs are written."""
+    step_summary: str = ""
+    """GITHUB_STEP_SUMMARY: the job summary file."""
+    run_url: str = ""
+    """Link to this workflow run (from GITHUB_SERVER_URL, GITHUB_REPOSITORY and GITHUB_RUN_ID)."""
+    label: str = "optimize-kernels"
+    """The approving label (KERNELPRO_LABEL)."""
+    bot_login: str = "github-actions[bot]"
+    """Login the bot's own comments come from (KERNELPRO_BOT_LOGIN)."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -34,6 +54,17 @@ class Settings:
             llm_api_key=e.get("KERNELPRO_LLM_API_KEY") or e.get("OPENAI_API_KEY"),
             github_token=e.get("GITHUB_TOKEN"),
             progress=e.get("KERNELPRO_PROGRESS", "1") != "0" and e.get("CI", "").lower() != "true",
+            github_api_url=e.get("GITHUB_API_URL", "https://api.github.com"),
+            github_server_url=e.get("GITHUB_SERVER_URL", "https://github.com"),
+            github_repository=e.get("GITHUB_REPOSITORY", ""),
+            event_name=e.get("GITHUB_EVENT_NAME", ""),
+            event_path=e.get("GITHUB_EVENT_PATH", ""),
+            github_output=e.get("GITHUB_OUTPUT", ""),
+            step_summary=e.get("GITHUB_STEP_SUMMARY", ""),
+            run_url=(f"{e.get('GITHUB_SERVER_URL', 'https://github.com')}/{e['GITHUB_REPOSITORY']}/actions/runs/"
+                     f"{e['GITHUB_RUN_ID']}" if e.get("GITHUB_REPOSITORY") and e.get("GITHUB_RUN_ID") else ""),
+            label=e.get("KERNELPRO_LABEL", "optimize-kernels"),
+            bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
         )
 
     def resolved_device(self) -> str:

@@ -34,7 +34,8 @@ Endpoints implemented (the ones the bot needs)::
     POST   /repos/{owner}/{repo}/issues/{issue_number}/labels   ({"labels": [...]} only: the
            description does not allow the bare array PyGithub's ``add_to_labels`` sends)
     DELETE /repos/{owner}/{repo}/issues/{issue_number}/labels/{name}
-    GET    /repos/{owner}/{repo}/git/ref/{ref}
+    GET    /repos/{owner}/{repo}/git/ref/{ref}       (branches may live in a real git repository:
+                                                 ``link_git``)
     POST   /repos/{owner}/{repo}/git/refs
     PATCH  /repos/{owner}/{repo}/git/refs/{ref}
     DELETE /repos/{owner}/{repo}/git/refs/{ref}
@@ -51,11 +52,13 @@ import copy
 import functools
 import json
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
@@ -339,6 +342,9 @@ class RepoState:
     """label name -> colour."""
     issues: dict[int, IssueState] = field(default_factory=dict)
     next_number: int = 1
+    git_dir: str | None = None
+    """A real git repository (usually bare) whose branches are this repository's ``heads/*``
+    refs: see :meth:`FakeGitHub.link_git`."""
 
     @property
     def owner(self) -> str:
@@ -540,6 +546,42 @@ class FakeGitHub:
         self.repos[full_name] = repo
         return repo
 
+    def link_git(self, repo: str, git_dir: str | Path) -> None:
+        """Back ``repo``'s branches with the real git repository at ``git_dir``.
+
+        Before every request the fake reads that repository's ``refs/heads/*`` into the
+        repository's ``heads/*`` refs (a branch deleted there disappears here), and the head SHA of
+        every pull request whose head branch lives there follows its branch, as on GitHub after a
+        push. Pushes to that repository are how tests move branches.
+        """
+        self.repos[repo].git_dir = str(git_dir)
+        with self._lock:
+            self._sync_git()
+
+    def _sync_git(self) -> None:
+        for r in self.repos.values():
+            if r.git_dir is None:
+                continue
+            out = subprocess.run(
+                ["git", "--git-dir", r.git_dir, "for-each-ref", "--format=%(refname) %(objectname)",
+                 "refs/heads/"],
+                check=True, capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            heads = {}
+            for line in out.splitlines():
+                name, _, sha = line.partition(" ")
+                heads[name[len("refs/") :]] = sha
+            for k in [k for k in r.refs if k.startswith("heads/")]:
+                if k not in heads:
+                    del r.refs[k]
+            r.refs.update(heads)
+            for other in self.repos.values():
+                for i in other.issues.values():
+                    p = i.pull
+                    ref = f"heads/{p.head_ref}" if p else ""
+                    if p and p.head_repo == r.full_name and ref in heads and i.state == "open":
+                        p.head_sha = heads[ref]
+
     def set_role(self, repo: str, login: str, role: str | None) -> None:
         """Give ``login`` a role on ``repo`` (admin|maintain|write|triage|read); None removes it."""
         if role is None:
@@ -654,6 +696,7 @@ class FakeGitHub:
         has_body = bool(raw.strip())
         body: Any = None
         with self._lock:
+            self._sync_git()
             if has_body:
                 try:
                     body = json.loads(raw)

@@ -1,0 +1,389 @@
+"""The follow-up pull request: one branch per PR, force-pushed, one PR, idempotent.
+
+Runs in the trusted publish job: no code from the pull request runs here. The results were read
+by :func:`kernelpro.bot.artifact.load_results` (untrusted data, checked) and written locally and
+uploaded by the caller before this module makes any GitHub write, so a failed publish is rerun
+from the artifact. Nothing here writes to the results directory.
+
+What :func:`publish` does, in order (every step is safe to repeat):
+
+1. **No winner** -> no branch, no PR: action ``comment-only`` with
+   :func:`~kernelpro.bot.body.render_no_pr_comment` (the baseline stands, and why).
+2. **Fork PR** -> action ``comment-only``. *Decision:* the bot's token cannot push to a fork, and
+   opening a PR against the target branch that carries the fork's unreviewed commits plus the
+   optimization would put PR code on a branch of the base repository under the bot's name. So
+   no branch and no PR: the sticky comment carries the verified patch (in a ``diff`` block the
+   author can ``git apply``) and the report; the author pushes it to their branch if they want it.
+3. Re-check every target's patch with :func:`~kernelpro.bot.artifact.check_patch` against the
+   trusted allowed files (defense in depth), then in the GitPython working copy ``checkout``:
+   fetch the PR head commit from ``push_url``; look at the remote branch ``kernelpro/pr-<N>``: if
+   its tip was not authored by the bot (``bot_email``), a human has pushed to it and the bot stops
+   touching it (action ``skipped``); otherwise apply the patches with ``git apply --index`` on a
+   detached checkout of the PR head (then check that only the allowed files changed), commit as
+   the bot, and force-push with a lease on the tip seen (a human push in between makes the push
+   fail instead of being overwritten). Hooks are disabled for every git command.
+4. Find the open PR for ``head=<owner>:kernelpro/pr-<N>`` (paginated) and edit its title and body
+   (``updated``), or create it with base = the PR's head branch (``created``). A 422 "already
+   exists" (a concurrent run won the race) is resolved by finding and editing that PR.
+
+Failures raise :class:`PublishError` with a clear message; the state left behind (at most a pushed
+branch without a PR) is what the next run starts from, so rerunning succeeds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import git
+from github import GithubException
+from github.PullRequest import PullRequest
+from github.Repository import Repository
+
+from kernelpro import __version__
+
+from .artifact import ArtifactError, Results, check_patch
+from .body import BODY_LIMIT, code_block, md, render_body, render_job_summary, render_no_pr_comment
+from .comment import StickyComment
+
+__all__ = ["BRANCH_PREFIX", "PublishError", "Published", "branch_for", "publish", "title_for"]
+
+BRANCH_PREFIX = "kernelpro/pr-"
+"""The follow-up branch of PR N is ``kernelpro/pr-N``."""
+_BUDGET = BODY_LIMIT - 1_536
+_TITLE_MAX = 200
+
+Action = Literal["created", "updated", "skipped", "comment-only"]
+
+
+class PublishError(RuntimeError):
+    """Publishing failed; the message says where, and that a rerun starts over safely."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """What :func:`publish` did."""
+
+    pr_url: str | None
+    """The follow-up PR (created or updated); None when there is none."""
+    branch: str | None
+    """``kernelpro/pr-<N>`` when a branch is involved (also when skipped); None otherwise."""
+    action: Action
+    """created | updated | skipped | comment-only."""
+    reason: str
+    """Why, in a sentence (shown in the progress comment and the log)."""
+    comment: str | None = None
+    """For ``comment-only``: the Markdown for the sticky comment (posted when a sticky was given)."""
+    commit: str | None = None
+    """The commit pushed to the branch, when one was."""
+
+
+def branch_for(pr_number: int) -> str:
+    """The one follow-up branch of PR ``pr_number``."""
+    return f"{BRANCH_PREFIX}{int(pr_number)}"
+
+
+def title_for(results: Results, pr_number: int) -> str:
+    """``kernelpro: <speedup>x faster <kernels> for #<N>``."""
+    winners = results.winners
+    speedups = [t.winner.speedup for t in winners if t.winner is not None]
+    if not speedups:
+        return f"kernelpro: no faster kernels for #{int(pr_number)}"
+    if len(speedups) == 1:
+        x = f"{speedups[0]:.2f}x"
+    else:
+        geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+        x = f"{geo:.2f}x (geometric mean)"
+    names = [re.sub(r"[^A-Za-z0-9._-]", "", t.name) for t in winners]
+    suffix = f" for #{int(pr_number)}"
+    kernels = ", ".join(names)
+    if len(f"kernelpro: {x} faster {kernels}{suffix}") > _TITLE_MAX:
+        kernels = f"{len(names)} kernels"
+    return f"kernelpro: {x} faster {kernels}{suffix}"
+
+
+# --------------------------------------------------------------------------- git
+
+
+def _redact(url: str) -> str:
+    """``url`` without credentials (push URLs carry a token)."""
+    try:
+        s = urlsplit(url)
+    except ValueError:
+        return "<url>"
+    if s.username or s.password:
+        host = s.hostname or ""
+        if s.port:
+            host += f":{s.port}"
+        return urlunsplit((s.scheme, "***@" + host, s.path, s.query, s.fragment))
+    return url
+
+
+class _Git:
+    """git in ``checkout`` with hooks off, no prompts, and errors that never show credentials."""
+
+    def __init__(self, checkout: Path, push_url: str) -> None:
+        try:
+            self.repo = git.Repo(checkout)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+            raise PublishError(f"{checkout} is not a git working copy") from exc
+        self.url = push_url
+        self.secret_free = _redact(push_url)
+
+    def __call__(self, *args: str) -> str:
+        env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+        try:
+            out: str = self.repo.git.execute(
+                ["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", *args],
+                env={**os.environ, **env},
+            )
+        except git.GitCommandError as exc:
+            msg = f"{exc.stderr or exc.stdout or exc}".strip().replace(self.url, self.secret_free)
+            cmd = " ".join(a.replace(self.url, self.secret_free) for a in args)
+            raise PublishError(f"git {cmd} failed: {msg}") from None
+        return out
+
+
+def _remote_tip(g: _Git, branch: str) -> str | None:
+    out = g("ls-remote", "--", g.url, f"refs/heads/{branch}")
+    for line in out.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref == f"refs/heads/{branch}":
+            return sha
+    return None
+
+
+def _fetch(g: _Git, ref: str, local: str) -> None:
+    g("fetch", "--no-tags", "--no-recurse-submodules", g.url, f"+{ref}:{local}")
+
+
+def _has_commit(g: _Git, sha: str) -> bool:
+    try:
+        g("cat-file", "-e", f"{sha}^{{commit}}")
+    except PublishError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- comments
+
+
+def _fork_comment(results: Results, body: str, patch: str, pr_number: int) -> str:
+    intro = (
+        "**kernelpro found a faster kernel**, but this pull request comes from a fork, which the "
+        "bot cannot push to, so there is no follow-up pull request. To take the optimization, "
+        "apply the verified patch below to your branch (`git apply kernelpro.diff`) and push."
+    )
+    block = (
+        f"<details><summary>The patch (against the head of #{int(pr_number)})</summary>\n\n"
+        f"{code_block(patch, 'diff')}\n\n</details>"
+    )
+    for report in (body, render_job_summary(results)):
+        text = f"{intro}\n\n{block}\n\n{report}"
+        if len(text) <= _BUDGET:
+            return text
+    note = "*(The patch is too long for a comment: it is `patch.diff` in the results artifact.)*"
+    text = f"{intro}\n\n{note}\n\n{render_job_summary(results)}"
+    return text if len(text) <= _BUDGET else text[:_BUDGET]
+
+
+def _post(sticky: StickyComment | None, text: str) -> None:
+    if sticky is not None:
+        sticky.update(text, force=True)
+
+
+# --------------------------------------------------------------------------- GitHub
+
+
+def _gh_error(what: str, exc: GithubException) -> PublishError:
+    msg = exc.data.get("message") if isinstance(exc.data, dict) else None
+    errors = exc.data.get("errors") if isinstance(exc.data, dict) else None
+    detail = f" ({md(msg, 200)})" if msg else ""
+    if isinstance(errors, list) and errors:
+        detail += f" {md(str(errors[0]), 200)}"
+    return PublishError(
+        f"{what}: GitHub answered {exc.status}{detail}; the branch is in place, and rerunning "
+        "the publish step from the results artifact finishes the job"
+    )
+
+
+def _find_pr(repo: Repository, branch: str) -> PullRequest | None:
+    owner = repo.full_name.split("/")[0]
+    for pr in repo.get_pulls(state="open", head=f"{owner}:{branch}"):
+        if pr.head.ref == branch:
+            return pr
+    return None
+
+
+def _open_or_update(
+    repo: Repository, *, branch: str, base: str, title: str, body: str
+) -> tuple[PullRequest, Action]:
+    try:
+        existing = _find_pr(repo, branch)
+    except GithubException as exc:
+        raise _gh_error(f"looking for an open pull request from {branch}", exc) from exc
+    if existing is None:
+        try:
+            created = repo.create_pull(
+                base=base, head=branch, title=title, body=body, maintainer_can_modify=False
+            )
+            return created, "created"
+        except GithubException as exc:
+            if exc.status != 422:
+                raise _gh_error(f"opening the pull request from {branch}", exc) from exc
+            try:  # "A pull request already exists": a concurrent run opened it
+                existing = _find_pr(repo, branch)
+            except GithubException:
+                existing = None
+            if existing is None:
+                raise _gh_error(f"opening the pull request from {branch}", exc) from exc
+    try:
+        existing.edit(title=title, body=body)
+    except GithubException as exc:
+        raise _gh_error(f"updating pull request #{existing.number}", exc) from exc
+    return existing, "updated"
+
+
+# --------------------------------------------------------------------------- publish
+
+
+def publish(
+    repo: Repository,
+    *,
+    pr_number: int,
+    results: Results,
+    checkout: Path,
+    push_url: str,
+    bot_name: str,
+    bot_email: str,
+    base_branch_of_pr: str,
+    pr_head_branch: str,
+    pr_head_sha: str,
+    is_fork: bool,
+    allowed_files: Mapping[str, Sequence[str]] | None = None,
+    sticky: StickyComment | None = None,
+    run_url: str | None = None,
+    kernelpro_version: str = __version__,
+    programmer: str = "unknown",
+    model: str | None = None,
+) -> Published:
+    """Publish ``results`` for PR ``pr_number`` (see the module docstring for every case).
+
+    ``allowed_files``: target name -> kernel files from the trusted base-branch configuration;
+    every patch is re-checked against it (without it, against the files the loader recorded).
+    ``sticky``: when given, comment-only outcomes are posted to it (forced update).
+    ``base_branch_of_pr`` is the branch the PR targets, named in the commit message.
+    Raises :class:`PublishError` (git or GitHub failures, a patch that does not apply) and
+    :class:`~kernelpro.bot.artifact.ArtifactError` (a patch that fails the re-check).
+    """
+    n = int(pr_number)
+    if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", pr_head_sha or ""):
+        raise PublishError(f"PR head {pr_head_sha[:80]!r} is not a full commit SHA")
+    branch = branch_for(n)
+
+    if not results.winners:
+        text = render_no_pr_comment(results, run_url=run_url)
+        _post(sticky, text)
+        return Published(None, None, "comment-only", "no candidate beat the PR's kernel", text)
+
+    # Defense in depth: the loader checked these against the trusted configuration already.
+    patches: list[tuple[str, str]] = []
+    allowed_all: set[str] = set()
+    for t in results.winners:
+        allowed = allowed_files.get(t.name) if allowed_files is not None else t.patch_files
+        if allowed is None:
+            raise ArtifactError(f"{t.name}/patch.diff", "its target is not in the configuration")
+        files = check_patch(t.patch, list(allowed), f"{t.name}/patch.diff")
+        if not files:
+            raise ArtifactError(f"{t.name}/patch.diff", "a verified winner with an empty patch")
+        patches.append((t.name, t.patch))
+        allowed_all.update(files)
+
+    body = render_body(results, pr_number=n, head_sha=pr_head_sha, run_url=run_url,
+                       kernelpro_version=kernelpro_version, programmer=programmer,
+                       model=model)  # fmt: skip
+    title = title_for(results, n)
+
+    if is_fork:
+        text = _fork_comment(results, body, results.patch, n)
+        _post(sticky, text)
+        return Published(
+            None,
+            None,
+            "comment-only",
+            "the pull request comes from a fork, which the bot cannot push to; "
+            "the patch is in the comment",
+            text,
+        )
+
+    g = _Git(Path(checkout), push_url)
+
+    # The remote branch: a human's commit on it means hands off.
+    tip = _remote_tip(g, branch)
+    if tip is not None:
+        _fetch(g, f"refs/heads/{branch}", f"refs/kernelpro/remote/{n}")
+        author = g("log", "-1", "--format=%ae", tip).strip()
+        if author.lower() != bot_email.lower():
+            return Published(
+                None,
+                branch,
+                "skipped",
+                f"someone else pushed to {branch} (its last commit is by "
+                f"{md(author, 100)}), so the bot leaves it alone; delete the branch to let "
+                "kernelpro publish again",
+            )
+
+    # The PR head commit, fetched from the same remote when not present.
+    if not _has_commit(g, pr_head_sha):
+        _fetch(g, f"refs/heads/{pr_head_branch}", f"refs/kernelpro/head/{n}")
+        if not _has_commit(g, pr_head_sha):
+            raise PublishError(
+                f"the PR head {pr_head_sha} is no longer on {pr_head_branch} (a new push?); "
+                "label the pull request again or comment /kernelpro retry"
+            )
+
+    g("checkout", "--quiet", "--force", "--detach", pr_head_sha)
+    # No `git clean`: the caller may keep the results directory inside the checkout. Untracked
+    # files are harmless, since only the index (the applied patches) is committed.
+    with tempfile.TemporaryDirectory(prefix="kernelpro-patch-") as tmp:
+        for name, patch in patches:
+            p = Path(tmp) / f"{name}.diff"
+            p.write_text(patch, encoding="utf-8")
+            try:
+                g("apply", "--index", "--whitespace=nowarn", "--", str(p))
+            except PublishError as exc:
+                g("reset", "--quiet", "--hard", pr_head_sha)
+                raise PublishError(
+                    f"the patch of {name} does not apply to {pr_head_sha[:12]}: {exc}"
+                ) from None
+    changed = set(g("diff", "--cached", "--name-only", "-z").split("\0")) - {""}
+    if not changed or not changed <= allowed_all:
+        g("reset", "--quiet", "--hard", pr_head_sha)
+        raise PublishError(
+            f"applying the patches changed {sorted(changed)[:5]}, not only {sorted(allowed_all)}"
+        )
+
+    actor = git.Actor(bot_name, bot_email)
+    message = (
+        f"{title}\n\nApplied on top of {pr_head_sha} ({pr_head_branch}, PR #{n} into "
+        f"{base_branch_of_pr}).\nGenerated by kernelpro {kernelpro_version}."
+    )
+    commit = g.repo.index.commit(
+        message, author=actor, committer=actor, skip_hooks=True, parent_commits=None
+    )
+    sha = commit.hexsha
+    lease = f"refs/heads/{branch}:{tip or ''}"
+    g("push", "--quiet", "--no-verify", f"--force-with-lease={lease}", "--", g.url,
+      f"{sha}:refs/heads/{branch}")  # fmt: skip
+
+    pr, action = _open_or_update(repo, branch=branch, base=pr_head_branch, title=title, body=body)
+    reason = "opened the follow-up pull request" if action == "created" else (
+        "updated the follow-up pull request (branch force-pushed)")  # fmt: skip
+    return Published(pr.html_url, branch, action, reason, None, sha)

@@ -1,0 +1,168 @@
+"""The workflow's three jobs end to end: `kernelpro action plan|optimize|publish` against the local
+GitHub (every request checked against GitHub's OpenAPI description), real git remotes, real
+webhook payloads, and the real optimize loop on the CPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+from fake_github import FakeGitHub
+from github_spec import webhook_examples, write_event
+
+from kernelpro import action
+from kernelpro.cli import make_demo_repo
+from kernelpro.settings import Settings
+
+REPO = "octo/demo"
+
+
+@dataclass
+class World:
+    """A repository on the local GitHub with PR #1 (the demo's kernel commit) and a clone of it."""
+
+    fake: FakeGitHub
+    origin: Path
+    checkout: Path
+    base: str
+    head: str
+    tmp: Path
+
+    def settings(self, event: str, payload: dict[str, Any], **env: str) -> Settings:
+        path = write_event(self.tmp / f"event-{event}.json", payload)
+        out = self.tmp / "github_output"
+        return Settings.from_env({"GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": str(path), "GITHUB_TOKEN": "t",
+                                  "GITHUB_OUTPUT": str(out), "GITHUB_REPOSITORY": REPO, "KERNELPRO_DEVICE": "cpu",
+                                  "KERNELPRO_PROGRESS": "0", **env})  # fmt: skip
+
+    def comments(self) -> list[str]:
+        issue = self.fake.repos[REPO].issues[1]
+        return [self.fake.comments[c].body for c in issue.comments]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    src = make_demo_repo(tmp_path / "src")
+    s = git.Repo(src)
+    head, base = s.head.commit.hexsha, s.head.commit.parents[0].hexsha
+    origin = tmp_path / "origin.git"
+    git.Repo.init(origin, bare=True)
+    # GitHub keeps every PR's head at refs/pull/N/head: that is how forks' commits are fetched too.
+    s.git.push(str(origin), f"{base}:refs/heads/main", f"{head}:refs/heads/feature", f"{head}:refs/pull/1/head")
+    checkout = tmp_path / "checkout"
+    git.Repo.clone_from(origin.as_uri(), checkout, branch="main")
+    fake = FakeGitHub().start()
+    fake.add_repo(REPO, sha=base)
+    fake.link_git(REPO, origin)
+    fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice")
+    fake.set_role(REPO, "maint", "maintain")
+    fake.set_role(REPO, "reader", "read")
+    try:
+        yield World(fake, origin, checkout, base, head, tmp_path)
+    finally:
+        fake.stop()
+    fake.check()
+
+
+def labeled(w: World, head: str | None = None) -> dict[str, Any]:
+    p = webhook_examples("pull_request", "labeled")[0]
+    p["label"]["name"] = "optimize-kernels"
+    p["repository"]["full_name"] = REPO
+    p["number"] = p["pull_request"]["number"] = 1
+    p["pull_request"]["head"]["sha"] = head or w.head
+    p["pull_request"]["base"]["sha"] = w.base
+    if p["pull_request"]["head"].get("repo"):
+        p["pull_request"]["head"]["repo"]["full_name"] = REPO
+    p["sender"]["login"] = "maint"
+    return p
+
+
+def retry(w: World, login: str, body: str = "/kernelpro retry") -> dict[str, Any]:
+    p = webhook_examples("issue_comment", "created")[0]
+    p["repository"]["full_name"] = REPO
+    p["issue"]["number"] = 1
+    p["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/1"}
+    c = w.fake.add_comment(REPO, 1, body, user=login)
+    p["comment"]["id"], p["comment"]["body"] = c.id, body
+    for u in (p["sender"], p["comment"]["user"]):
+        u["login"], u["type"] = login, "User"
+    return p
+
+
+def test_label_plans_the_changed_kernel(world: World) -> None:
+    s = world.settings("pull_request", labeled(world))
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert (p.run, p.targets, p.head_sha, p.base_sha) == (True, ("swiglu",), world.head, world.base)
+    assert any("<!-- kernelpro:progress -->" in b and "queued" in b.lower() for b in world.comments())
+
+
+def test_a_push_after_the_label_is_not_approved(world: World) -> None:
+    s = world.settings("pull_request", labeled(world, head="f" * 40))
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and "not approved" in p.reason
+    assert any("not approved" in b for b in world.comments())
+
+
+def _reactions(w: World, comment_id: int) -> list[str]:
+    return [content for _, _, content in w.fake.comments[comment_id].reactions]
+
+
+def test_retry_from_a_reader_is_refused_politely(world: World) -> None:
+    payload = retry(world, "reader")
+    s = world.settings("issue_comment", payload)
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and p.reason == "retry refused: no write access"
+    assert any("only honoured from people with write access" in b for b in world.comments())
+    assert _reactions(world, payload["comment"]["id"]) == ["confused"]
+
+
+def test_retry_from_a_maintainer_runs_with_its_arguments(world: World) -> None:
+    payload = retry(world, "maint", "/kernelpro retry --kernel swiglu --budget 3")
+    s = world.settings("issue_comment", payload)
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert (p.run, p.targets, p.budget, p.head_sha) == (True, ("swiglu",), 3, world.head)
+    assert _reactions(world, payload["comment"]["id"]) == ["eyes"]
+
+
+def test_no_changed_kernel_says_so(world: World, tmp_path: Path) -> None:
+    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="main")
+    (tmp_path / "author" / "README.md").write_text("docs only\n")
+    author.index.add(["README.md"])
+    author.index.commit("docs")
+    docs = author.head.commit.hexsha
+    author.git.push("origin", f"{docs}:refs/heads/feature", f"+{docs}:refs/pull/1/head", "--force")
+    s = world.settings("pull_request", labeled(world, head=docs))
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and "no configured kernel changed" in p.reason
+
+
+def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = world.settings("pull_request", labeled(world))
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert p.run
+    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
+    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
+    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+    out = world.tmp / "results" / "kernelpro-result-0"
+
+    class Args:
+        target, checkout = "swiglu", str(world.checkout)
+
+    Args.out = str(out)  # type: ignore[attr-defined]
+    assert action.cmd_optimize(Args, s) == 0
+    assert json.loads((out / "summary.json").read_text())["targets"][0]["winner"] is not None
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("created:")
+    again = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                   push_url=world.origin.as_uri())  # fmt: skip
+    assert again.startswith("updated:")  # the same event delivered twice: one branch, one PR
+    pulls = [i for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    assert len(pulls) == 1
+    done = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
+    assert len(done) == 1 and "/pull/" in done[0]
