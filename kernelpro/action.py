@@ -11,6 +11,7 @@ patch touches only the target's files, and opens or updates the follow-up PR (or
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,18 @@ class Plan:
 
 
 def _github(settings: Settings) -> Any:
-    from github import Auth, Github
+    from github import Auth, Github, GithubRetry
 
     if not settings.github_token:
-        raise ActionError("GITHUB_TOKEN is not set: give the step `env: GITHUB_TOKEN: ${{ github.token }}`")
-    return Github(base_url=settings.github_api_url, auth=Auth.Token(settings.github_token))
+        raise ActionError(
+            "GITHUB_TOKEN is not set: give the step `env: GITHUB_TOKEN: ${{ github.token }}`"
+        )
+    # Retries with backoff on 5xx and on rate limits (waiting for the reset, at most 10 minutes);
+    # 403/404/422 that are not rate limits fail at once with GitHub's message.
+    retry = GithubRetry(total=5, backoff_factor=2, max_rate_limit_wait=600)
+    return Github(
+        base_url=settings.github_api_url, auth=Auth.Token(settings.github_token), retry=retry
+    )
 
 
 def write_outputs(settings: Settings, values: dict[str, str]) -> None:
@@ -81,9 +89,23 @@ def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None) 
     args = ["--no-tags", "origin", f"+refs/pull/{pr}/head:refs/remotes/kernelpro/pr-{pr}"]
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        repo.git.execute(["git", "-c", f"http.extraheader=AUTHORIZATION: basic {basic}", "fetch", *args])
+        repo.git.execute(
+            ["git", "-c", f"http.extraheader=AUTHORIZATION: basic {basic}", "fetch", *args]
+        )
     else:
         repo.git.fetch(*args)
+
+
+def _say_done(sticky: Any, reason: str, kernels: list[Any], snippet: Any) -> None:
+    """The final comment when nothing runs; kernels without a harness get a ready-to-paste snippet."""
+    from kernelpro.bot.body import code_block
+    from kernelpro.bot.comment import progress_body
+
+    body = progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason)
+    if kernels:
+        body += ("\n\nThese changed kernels have no harness yet. Add this to `.kernelpro.yml` on the base branch "
+                 "and fill in the marked fields:\n\n" + code_block(snippet(kernels), "yaml"))  # fmt: skip
+    sticky.update(body, force=True)
 
 
 def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
@@ -108,8 +130,17 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
             issue_comment.create_reaction("confused")
             repo.get_issue(trigger.pr).create_comment(
                 f"Thanks! `/kernelpro retry` runs code from this pull request on a GPU runner, so it is only "
-                f"honoured from people with write access to {trigger.repo}. A maintainer can start it.")
-            return Plan(False, (), trigger.pr, pr.head.sha, pr.base.sha, None, "retry refused: no write access")
+                f"honoured from people with write access to {trigger.repo}. A maintainer can start it."
+            )
+            return Plan(
+                False,
+                (),
+                trigger.pr,
+                pr.head.sha,
+                pr.base.sha,
+                None,
+                "retry refused: no write access",
+            )
         issue_comment.create_reaction("eyes")
         head_sha = pr.head.sha
     else:
@@ -129,15 +160,13 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
         if not cfg_path.exists():
             kernels = changed_kernels(checkout, base_sha, head_sha)
             reason = "no `.kernelpro.yml` on the base branch: nothing is configured."
-            if kernels:
-                reason += " Changed kernels without a harness; add this to `.kernelpro.yml`:\n\n```yaml\n" + \
-                          config_snippet(kernels) + "\n```"  # fmt: skip
-            sticky.update(progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
-                                        reason=reason), force=True)  # fmt: skip
+            _say_done(sticky, reason, kernels, config_snippet)
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
         try:
             config = load_config(cfg_path, co.base)
-            targets = [config.target(trigger.kernel)] if trigger.kernel else config.targets_for(changed)
+            targets = (
+                [config.target(trigger.kernel)] if trigger.kernel else config.targets_for(changed)
+            )
         except ConfigError as e:
             reason = f"the base branch's `.kernelpro.yml` is invalid:\n\n```\n{e}\n```"
             sticky.update(progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
@@ -146,16 +175,20 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
         if not targets:
             kernels = changed_kernels(checkout, base_sha, head_sha)
             reason = "no configured kernel changed in this pull request."
-            if kernels:
-                reason += " Changed kernels without a harness; add this to `.kernelpro.yml`:\n\n```yaml\n" + \
-                          config_snippet(kernels) + "\n```"  # fmt: skip
-            sticky.update(progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
-                                        reason=reason), force=True)  # fmt: skip
+            _say_done(sticky, reason, kernels, config_snippet)
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
     names = tuple(t.name for t in targets)
     sticky.update(progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None),
                   force=True)  # fmt: skip
-    return Plan(True, names, trigger.pr, head_sha, base_sha, trigger.budget, f"optimizing {', '.join(names)}")
+    return Plan(
+        True,
+        names,
+        trigger.pr,
+        head_sha,
+        base_sha,
+        trigger.budget,
+        f"optimizing {', '.join(names)}",
+    )
 
 
 def cmd_plan(args: Any, settings: Settings) -> int:
@@ -172,13 +205,13 @@ def cmd_plan(args: Any, settings: Settings) -> int:
 
 
 def cmd_optimize(args: Any, settings: Settings) -> int:
-    import os
-
     from kernelpro.cli import run_optimize
 
     base, head = os.environ.get("KERNELPRO_BASE_SHA", ""), os.environ.get("KERNELPRO_HEAD_SHA", "")
     if not base or not head:
-        raise ActionError("KERNELPRO_BASE_SHA and KERNELPRO_HEAD_SHA must come from the plan job's outputs")
+        raise ActionError(
+            "KERNELPRO_BASE_SHA and KERNELPRO_HEAD_SHA must come from the plan job's outputs"
+        )
     budget = int(os.environ["KERNELPRO_BUDGET"]) if os.environ.get("KERNELPRO_BUDGET") else None
     out = Path(args.out)
     rc = run_optimize(Path(args.checkout), base, head, out, settings, kernel=args.target, budget=budget,
@@ -220,18 +253,34 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     allowed = {t.name: list(t.files) for t in config.targets}
     parts = [load_results(d, allowed_files=allowed) for d in _results_dirs(results_root)]
     if not parts:
-        raise ActionError(f"no results under {results_root}: did the optimize jobs upload their artifacts?")
+        raise ActionError(
+            f"no results under {results_root}: did the optimize jobs upload their artifacts?"
+        )
     results = Results(tuple(t for p in parts for t in p.targets), parts[0].config_note)
     is_fork = pr.head.repo is None or pr.head.repo.full_name.lower() != trigger.repo.lower()
     if push_url is None:
         server = settings.github_server_url.split("://", 1)
-        push_url = f"{server[0]}://x-access-token:{settings.github_token}@{server[1]}/{trigger.repo}.git"
+        push_url = (
+            f"{server[0]}://x-access-token:{settings.github_token}@{server[1]}/{trigger.repo}.git"
+        )
     sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
-    published = publish(repo, pr_number=trigger.pr, results=results, checkout=checkout, push_url=push_url,
-                        bot_name=settings.bot_login, bot_email="41898282+github-actions[bot]@users.noreply.github.com",
-                        base_branch_of_pr=pr.base.ref, pr_head_branch=pr.head.ref, pr_head_sha=head_sha,
-                        is_fork=is_fork, allowed_files=allowed, sticky=sticky, run_url=settings.run_url or None,
-                        programmer=results.targets[0].search if results.targets else "unknown")  # fmt: skip
+    ack = repo.get_issue(trigger.pr).get_comment(trigger.comment_id) if trigger.comment_id else None
+    try:
+        published = publish(repo, pr_number=trigger.pr, results=results, checkout=checkout, push_url=push_url,
+                            bot_name=settings.bot_login, bot_email="41898282+github-actions[bot]@users.noreply.github.com",
+                            base_branch_of_pr=pr.base.ref, pr_head_branch=pr.head.ref, pr_head_sha=head_sha,
+                            is_fork=is_fork, allowed_files=allowed, sticky=sticky, run_url=settings.run_url or None,
+                            programmer=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"))  # fmt: skip
+    except Exception as e:
+        # Say it where the maintainer looks; the artifact still holds everything, so a rerun publishes.
+        sticky.update(progress_body("failed", kernel_i=0, kernels=len(results.targets), evaluations=0,
+                                    best_speedup=None, reason=f"publishing failed ({type(e).__name__}); rerun the "
+                                    "publish job: the results are kept in the workflow's artifacts"), force=True)  # fmt: skip
+        if ack is not None:
+            ack.create_reaction("confused")
+        raise
+    if ack is not None:
+        ack.create_reaction("+1")
     if published.action == "comment-only":
         _summary(settings, render_job_summary(results))
         return f"{published.action}: {published.reason}"

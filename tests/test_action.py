@@ -166,3 +166,37 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     assert len(pulls) == 1
     done = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
     assert len(done) == 1 and "/pull/" in done[0]
+
+
+def test_a_kernel_without_harness_gets_a_config_snippet(world: World, tmp_path: Path) -> None:
+    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="main")
+    (tmp_path / "author" / "kernels").mkdir(exist_ok=True)
+    (tmp_path / "author" / "kernels" / "relu.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _relu(x_ptr, n, B: tl.constexpr):\n"
+        "    o = tl.program_id(0) * B + tl.arange(0, B)\n    tl.store(x_ptr + o, tl.maximum(tl.load(x_ptr + o), 0))\n")
+    author.index.add(["kernels/relu.py"])
+    author.index.commit("a relu kernel nobody configured")
+    sha = author.head.commit.hexsha
+    author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    p = action.plan(world.settings("pull_request", labeled(world, head=sha)), world.checkout, world.fake.client())
+    assert not p.run and "no configured kernel changed" in p.reason
+    (body,) = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
+    assert "_relu" in body and "targets:" in body  # a ready-to-paste .kernelpro.yml snippet
+
+
+def test_publish_acknowledges_a_retry_with_a_thumbs_up(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = retry(world, "maint", "/kernelpro retry --budget 3")
+    s = world.settings("issue_comment", payload)
+    p = action.plan(s, world.checkout, world.fake.client())
+    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
+    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
+    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+
+    class Args:
+        target, checkout, out = "swiglu", str(world.checkout), str(world.tmp / "results" / "r0")
+
+    assert action.cmd_optimize(Args, s) == 0
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("created:")
+    assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
