@@ -48,6 +48,7 @@ who is not a collaborator gets 404. Writes are made as ``token_user`` (default
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -55,7 +56,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -448,6 +449,17 @@ class FakeGitHub:
         }
 
     # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls) -> Iterator[FakeGitHub]:
+        """Started for the block; every request checked against the description at the end."""
+        fake = cls().start()
+        try:
+            yield fake
+        finally:
+            fake.stop()
+        fake.check()
 
     def start(self) -> FakeGitHub:
         fake = self

@@ -23,14 +23,10 @@ class Clock:
 
 @pytest.fixture
 def fake() -> Iterator[FakeGitHub]:
-    f = FakeGitHub().start()
-    f.add_repo(REPO, sha="a" * 40)
-    f.add_pull(REPO, head_ref="feature", head_sha="b" * 40)
-    try:
+    with FakeGitHub.running() as f:
+        f.add_repo(REPO, sha="a" * 40)
+        f.add_pull(REPO, head_ref="feature", head_sha="b" * 40)
         yield f
-    finally:
-        f.stop()
-    f.check()
 
 
 @pytest.fixture

@@ -15,14 +15,10 @@ BASE = "a" * 40
 
 @pytest.fixture
 def fake() -> Iterator[FakeGitHub]:
-    f = FakeGitHub().start()
-    f.add_repo("o/r", sha=BASE)
-    f.add_pull("o/r", head_ref="feat", head_sha=HEAD, labels=("optimize-kernels",))
-    try:
+    with FakeGitHub.running() as f:
+        f.add_repo("o/r", sha=BASE)
+        f.add_pull("o/r", head_ref="feat", head_sha=HEAD, labels=("optimize-kernels",))
         yield f
-    finally:
-        f.stop()
-    f.check()
 
 
 @pytest.fixture
