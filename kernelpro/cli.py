@@ -317,6 +317,7 @@ def _action(mode: str) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     from kernelpro.runner.programmers import REGISTRY
     from kernelpro.runner.search import STRATEGIES
+    from kernelpro.runner.tools import FEEDBACK_MODES
 
     p = argparse.ArgumentParser(prog="kernelpro", description="Makes GPU kernels faster and proves it.")
     p.add_argument("--version", action="version", version=f"kernelpro {__version__}")
@@ -347,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--budget", type=int, help="evaluations per target (default: the target's budget)")
     o.add_argument("--programmer", default="tuner", choices=sorted(REGISTRY), help="who writes candidates")
     o.add_argument("--search", default="mcts", choices=STRATEGIES, help="search strategy (default mcts)")
-    o.add_argument("--feedback", default="tools", choices=("none", "raw", "tools"),
+    o.add_argument("--feedback", default="tools", choices=FEEDBACK_MODES,
                    help="profiling feedback to the programmer: none, raw metrics, or tool findings (default)")
     o.add_argument("--tools", default="proactive", choices=("proactive", "reactive"),
                    help="with --feedback tools: run every relevant tool and put the findings in the prompt "

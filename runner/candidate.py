@@ -8,8 +8,6 @@ from typing import Any
 
 from .trace import Solution
 
-MODES = ("init", "debug", "optimize")
-
 
 @dataclass(frozen=True)
 class Candidate:

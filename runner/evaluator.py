@@ -25,9 +25,6 @@ from .trace import (
     Workload,
 )
 
-FAILED_STATUSES = ("COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT_SHAPE", "INCORRECT_DTYPE",
-                   "INCORRECT_NUMERICAL")  # fmt: skip
-
 
 @dataclass(frozen=True)
 class Timing:

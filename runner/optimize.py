@@ -26,7 +26,7 @@ from .roofline import ReferenceAnalysis, analyze_reference, default_ceilings
 from .search import Scored, get_strategy
 from .target import Target
 from .tools import Analysis, ProfilingTool, registry, render, run_tools
-from .trace import Solution, Trace, Workload, append_jsonl, dump_json
+from .trace import Solution, Workload, append_jsonl, dump_json
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ class Result:
     """Wall time of the run."""
     journal_resumed: int
     """Evaluations read back from an earlier run's journal."""
+    journal_torn: int = 0
+    """Journal lines cut short by a killed run (skipped when reading back)."""
     stage1: ReferenceAnalysis | None = None
     """Roofline classification of the pull request's kernel (GPU runs)."""
     analyses: Mapping[str, tuple[Profile, Analysis]] = field(default_factory=dict)
@@ -229,7 +231,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     if not baseline.outcome.passed:
         stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
-                       head_checkout, settings)  # fmt: skip
+                       head_checkout, settings, journal_torn=journal.skipped_lines)  # fmt: skip
 
     analyses: dict[str, tuple[Profile, Analysis]] = {}
     tools = registry(settings.extra_tools)
@@ -336,7 +338,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     if winner is not None:
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
-                   out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()))  # fmt: skip
+                   out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
+                   journal.skipped_lines)  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -353,9 +356,9 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
-            memory: tuple[dict[str, Any], ...] = ()) -> Result:  # fmt: skip
+            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    time.perf_counter() - t0, resumed, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
+                    time.perf_counter() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.
@@ -369,12 +372,3 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
     (out_dir / "result.json").write_text(dump_json(summary(result, settings)))
     (out_dir / "report.md").write_text(render_report(result, settings, diff))
     return result
-
-
-def workload_traces(result: Result) -> list[Trace]:
-    """Traces of the winner (or the baseline) for every workload."""
-    s = result.baseline if result.winner is None else next(
-        x for x in result.evaluated if x.candidate.key == result.winner.candidate.key)
-    return traces(result.target.definition, s.candidate.solution, result.target.workloads_for(result.device), s.outcome)
-
-

@@ -159,21 +159,6 @@ class Definition:
     def var_axes(self) -> list[str]:
         return [n for n, a in self.axes.items() if a.type == "var"]
 
-    def shape_of(self, spec: TensorSpec, axes: Mapping[str, int]) -> tuple[int, ...] | None:
-        """Concrete shape of a tensor for a workload's axis values."""
-        if spec.shape is None:
-            return None
-        out = []
-        for ax in spec.shape:
-            a = self.axes[ax]
-            if a.type == "const":
-                assert a.value is not None
-                out.append(a.value)
-            else:
-                _need(ax in axes, f"workload gives no value for variable axis {ax!r}")
-                out.append(int(axes[ax]))
-        return tuple(out)
-
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "name": self.name,

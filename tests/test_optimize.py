@@ -98,6 +98,7 @@ def test_rerun_resumes_from_the_journal(demo: tuple[Path, Path], tmp_path: Path)
     assert rc == 0
     result = json.loads((copy / "swiglu" / "result.json").read_text())
     assert result["resumed_from_journal"] == 4
+    assert result["journal_torn_lines"] == 1
     assert result["evaluations"] == 5
     after = [x for x in journal.read_text().splitlines() if x.strip()]
     # The four earlier evaluations, the torn line, and exactly one new evaluation.

@@ -298,10 +298,6 @@ def summarize(events: Iterable[Mapping[str, Any]], calls: int = 1) -> Timeline:
     )
 
 
-def profile_timeline(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 2) -> Timeline:
-    """record + summarize."""
-    return summarize(record(fn, repeats=repeats, warmup=warmup), repeats)
-
 
 def load_events(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
     """Events and call count from a file written by tests/fixtures/record_firing.py

@@ -18,7 +18,6 @@ from typing import Any
 from ..profile import Profile
 
 SEVERITIES = ("critical", "high", "medium", "low")
-SOURCES = ("ncu", "sass", "timeline")
 CLASSES = ("compute", "memory", "latency", "mixed")
 ALL_CLASSES = frozenset(CLASSES)
 
