@@ -289,7 +289,8 @@ def parse_event_file(
     """``parse_event`` on the JSON file at ``path`` (``GITHUB_EVENT_PATH``)."""
     p = Path(path)
     if not name:
-        raise EventError("no event name (GITHUB_EVENT_NAME is empty)")
+        raise EventError("no event name (GITHUB_EVENT_NAME is empty): `kernelpro action` runs inside a GitHub "
+                         "Actions job; to try it elsewhere set GITHUB_EVENT_NAME and GITHUB_EVENT_PATH")
     try:
         size = p.stat().st_size
         if size > MAX_EVENT_BYTES:

@@ -416,6 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (UsageError, FormatError, PluginError, WorkspaceError, ValueError) as e:
         return _err(str(e))
+    except BrokenPipeError:
+        # `kernelpro tools list | head`: the reader went away; that is not an error.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:
         # GitHub API failures and the action's own errors: one clear line, no traceback.
         from github import GithubException
