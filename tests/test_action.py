@@ -13,7 +13,7 @@ from typing import Any
 import git
 import pytest
 from fake_github import FakeGitHub
-from github_spec import webhook_examples, write_event
+from github_spec import valid_webhook_example, validate_webhook, write_event
 
 from kernelpro import action
 from kernelpro.cli import make_demo_repo
@@ -70,7 +70,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def labeled(w: World, head: str | None = None) -> dict[str, Any]:
-    p = webhook_examples("pull_request", "labeled")[0]
+    p = valid_webhook_example("pull_request", "labeled")
     p["label"]["name"] = "optimize-kernels"
     p["repository"]["full_name"] = REPO
     p["number"] = p["pull_request"]["number"] = 1
@@ -79,18 +79,27 @@ def labeled(w: World, head: str | None = None) -> dict[str, Any]:
     if p["pull_request"]["head"].get("repo"):
         p["pull_request"]["head"]["repo"]["full_name"] = REPO
     p["sender"]["login"] = "maint"
+    assert validate_webhook("pull_request", "labeled", p) == []
     return p
 
 
 def retry(w: World, login: str, body: str = "/kernelpro retry") -> dict[str, Any]:
-    p = webhook_examples("issue_comment", "created")[0]
+    p = valid_webhook_example("issue_comment", "created")
     p["repository"]["full_name"] = REPO
     p["issue"]["number"] = 1
-    p["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/1"}
+    # what GitHub sends for a comment on a pull request (issue.pull_request, schema-checked below)
+    p["issue"]["pull_request"] = {
+        "url": f"https://api.github.com/repos/{REPO}/pulls/1",
+        "html_url": f"https://github.com/{REPO}/pull/1",
+        "diff_url": f"https://github.com/{REPO}/pull/1.diff",
+        "patch_url": f"https://github.com/{REPO}/pull/1.patch",
+        "merged_at": None,
+    }
     c = w.fake.add_comment(REPO, 1, body, user=login)
     p["comment"]["id"], p["comment"]["body"] = c.id, body
     for u in (p["sender"], p["comment"]["user"]):
         u["login"], u["type"] = login, "User"
+    assert validate_webhook("issue_comment", "created", p) == []
     return p
 
 

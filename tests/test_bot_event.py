@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from github import GithubException
-from github_spec import webhook_examples, write_event
+from github_spec import valid_webhook_example, validate_webhook, webhook_examples, write_event
 
 from kernelpro.bot.event import EventError, Trigger, parse_command, parse_event, parse_event_file
 from kernelpro.bot.permission import can_retry, permission_of
@@ -20,14 +20,15 @@ if TYPE_CHECKING:
 
 
 def labeled(label: str = "optimize-kernels") -> dict[str, Any]:
-    payload = webhook_examples("pull_request", "labeled")[0]
+    payload = valid_webhook_example("pull_request", "labeled")
     payload["label"]["name"] = label
+    assert validate_webhook("pull_request", "labeled", payload) == []
     return payload
 
 
 def pr_comment(body: str, *, login: str = "alice", user_type: str = "User") -> dict[str, Any]:
-    """A real issue_comment.created example, on a pull request, with ``body``."""
-    payload = webhook_examples("issue_comment", "created")[0]
+    """A real issue_comment.created example, on a pull request, with ``body``; schema-valid."""
+    payload = valid_webhook_example("issue_comment", "created")
     repo = payload["repository"]["full_name"]
     number = payload["issue"]["number"]
     payload["issue"]["pull_request"] = {
@@ -41,6 +42,7 @@ def pr_comment(body: str, *, login: str = "alice", user_type: str = "User") -> d
     for user in (payload["sender"], payload["comment"]["user"]):
         user["login"] = login
         user["type"] = user_type
+    assert validate_webhook("issue_comment", "created", payload) == []
     return payload
 
 
@@ -171,8 +173,10 @@ def test_bad_arguments_say_the_usage(args: str) -> None:
 def test_comments_that_are_not_retries() -> None:
     assert parse_event("issue_comment", pr_comment("LGTM")) is None
     # a plain issue, not a pull request
-    plain = webhook_examples("issue_comment", "created")[0]
+    plain = valid_webhook_example("issue_comment", "created")
     plain["comment"]["body"] = "/kernelpro retry"
+    assert "pull_request" not in plain["issue"]
+    assert validate_webhook("issue_comment", "created", plain) == []
     assert parse_event("issue_comment", plain) is None
     # edited and deleted comments never trigger
     for action in ("edited", "deleted"):
