@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None) 
         repo.git.fetch(*args)
 
 
-def _say_done(sticky: Any, reason: str, kernels: list[Any], snippet: Any) -> None:
+def _say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: Any = None) -> None:
     """The final comment when nothing runs; kernels without a harness get a ready-to-paste snippet."""
     from kernelpro.bot.body import code_block
     from kernelpro.bot.comment import progress_body
@@ -149,8 +150,7 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
             reason = (f"commits were pushed after the `{settings.label}` label was added (labelled {head_sha[:10]}, "
                       f"head now {pr.head.sha[:10]}); they are not approved. Re-apply the label or comment "
                       "`/kernelpro retry` to optimize the new head.")  # fmt: skip
-            sticky.update(progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
-                                        reason=reason), force=True)  # fmt: skip
+            _say_done(sticky, reason)
             return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason)
     base_sha = pr.base.sha
     _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token)
@@ -169,8 +169,7 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
             )
         except ConfigError as e:
             reason = f"the base branch's `.kernelpro.yml` is invalid:\n\n```\n{e}\n```"
-            sticky.update(progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
-                                        reason=reason), force=True)  # fmt: skip
+            _say_done(sticky, reason)
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
         if not targets:
             kernels = changed_kernels(checkout, base_sha, head_sha)

@@ -102,6 +102,12 @@ def _progress(settings: Settings, total: int, label: str) -> Any:
     return update
 
 
+def _print_snippet(kernels: list[Any], snippet: Any) -> None:
+    if kernels:
+        print("Changed kernels without a harness; paste this into .kernelpro.yml:\n")
+        print(snippet(kernels))
+
+
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
                  tool_mode: str = "proactive", memory: bool = True) -> int:  # fmt: skip
@@ -125,11 +131,8 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
         if not config_path.exists():
             config_path, config_note = co.head / ".kernelpro.yml", "pull request head (not on the base branch)"
         if not config_path.exists():
-            kernels = changed_kernels(repo, base, head)
             print("No .kernelpro.yml on the base branch or the head: nothing is configured.")
-            if kernels:
-                print("Changed kernels without a harness; paste this into .kernelpro.yml:\n")
-                print(config_snippet(kernels))
+            _print_snippet(changed_kernels(repo, base, head), config_snippet)
             return 0
         config = load_config(config_path, config_path.parent)
         # Only the base branch's tools run: they execute in this process, outside the sandbox.
@@ -139,10 +142,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
         targets = [config.target(kernel)] if kernel else config.targets_for(changed)
         if not targets:
             print(f"No configured kernel changed between {base} and {head} ({len(changed)} files changed).")
-            kernels = changed_kernels(repo, base, head)
-            if kernels:
-                print("Changed kernels without a harness; paste this into .kernelpro.yml:\n")
-                print(config_snippet(kernels))
+            _print_snippet(changed_kernels(repo, base, head), config_snippet)
             return 0
         print(f"kernelpro {__version__}: {len(targets)} target(s) on {device}; configuration from the {config_note}")
         if device == "cpu":

@@ -318,33 +318,36 @@ def _environment(device: str) -> dict[str, Any]:
     return {"hardware": hardware, "libs": libs}
 
 
-def _profile(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
-    """One warm-up call (JIT compile, autotune), then one call inside cudaProfilerStart/Stop, so an
-    ncu started with --profile-from-start off sees the candidate's kernels and nothing of ours."""
+def _one_call(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> Callable[[], Any]:
+    """A call of the candidate on the request's first workload, inputs made once (for profiling)."""
     workload = req["workloads"][0]
     dps = req["solution"]["spec"].get("destination_passing_style", True)
     inputs = _make_inputs(req["definition"], workload, 1, device)
     outputs = _poisoned_outputs(req["definition"], workload["axes"], device)
+    return lambda: _call(fn, inputs, outputs, dps)
+
+
+def _profile(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """One warm-up call (JIT compile, autotune), then one call inside cudaProfilerStart/Stop, so an
+    ncu started with --profile-from-start off sees the candidate's kernels and nothing of ours."""
+    call = _one_call(fn, req, device)
     with torch.no_grad():
-        _call(fn, inputs, outputs, dps)
+        call()
         torch.cuda.synchronize()
         cudart = torch.cuda.cudart()
         cudart.cudaProfilerStart()
-        _call(fn, inputs, outputs, dps)
+        call()
         torch.cuda.synchronize()
         cudart.cudaProfilerStop()
-    return {"profiled": workload["uuid"]}
+    return {"profiled": req["workloads"][0]["uuid"]}
 
 
 def _timeline(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
     from kernelpro.runner.profile.timeline import record
 
-    workload = req["workloads"][0]
-    dps = req["solution"]["spec"].get("destination_passing_style", True)
-    inputs = _make_inputs(req["definition"], workload, 1, device)
-    outputs = _poisoned_outputs(req["definition"], workload["axes"], device)
+    call = _one_call(fn, req, device)
     with torch.no_grad():
-        events = record(lambda: _call(fn, inputs, outputs, dps), repeats=5, warmup=2)
+        events = record(call, repeats=5, warmup=2)
     return {"events": events, "calls": 5}
 
 
