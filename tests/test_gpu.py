@@ -129,3 +129,40 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     assert prof.timeline is not None and prof.timeline.kernel_launches >= 1
     analysis = run_tools(prof, "memory")
     assert analysis.ran, analysis.skipped
+
+
+def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
+    """`--tools reactive` on the H200: the loop profiles the PR's kernel for real (ncu + SASS), the
+    model (the loopback fake, real wire format) asks for one tool by function call and gets the live
+    finding, and its candidate is verified and timed by the gate."""
+    from fake_openai import API_KEY, FakeOpenAI, calls, ok
+
+    from kernelpro.cli import make_demo_repo
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    repo = make_demo_repo(tmp_path / "repo")
+    src = (repo / "kernels/swiglu.py").read_text()
+    faster = src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = 1024")
+    answer = {"candidates": [{"strategy": "128-bit loads", "files": [{"path": "kernels/swiglu.py", "content": faster}]}]}
+    fake = FakeOpenAI().start()
+    try:
+        fake.script(calls("vectorization"), ok(json.dumps(answer)))
+        monkeypatch.setenv("KERNELPRO_LLM_BASE_URL", fake.url)
+        monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
+        out = tmp_path / "out"
+        rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                   "--programmer", "llm", "--search", "greedy", "--budget", "2", "--tools", "reactive"])  # fmt: skip
+    finally:
+        fake.stop()
+    assert rc == 0
+    first, second = fake.requests
+    assert "vectorization" in first.tool_names
+    (tool_msg,) = second.tool_messages
+    assert "(vectorization, ncu)" in tool_msg["content"] and "load_width_bits = 32" in tool_msg["content"]
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    _keep(out / "swiglu" / "report.md")
+    assert result["winner"] is not None, result.get("stop_reason")
+    assert result["winner"]["params"]["tools_called"] == ["vectorization"]
+    assert "reactive" in (out / "swiglu" / "report.md").read_text()
+    fake.check()
