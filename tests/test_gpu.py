@@ -156,12 +156,16 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
     finally:
         fake.stop()
     assert rc == 0
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    _keep(out / "swiglu" / "report.md")
+    print(json.dumps(result, indent=1)[:3000])
+    for r in fake.requests:
+        print("REQUEST", r.tool_names, [m.get("content", "")[:300] for m in r.tool_messages])
+    assert len(fake.requests) == 2, fake.unexpected
     first, second = fake.requests
     assert "vectorization" in first.tool_names
     (tool_msg,) = second.tool_messages
     assert "(vectorization, ncu)" in tool_msg["content"] and "load_width_bits = 32" in tool_msg["content"]
-    result = json.loads((out / "swiglu" / "result.json").read_text())
-    _keep(out / "swiglu" / "report.md")
     assert result["winner"] is not None, result.get("stop_reason")
     assert result["winner"]["params"]["tools_called"] == ["vectorization"]
     assert "reactive" in (out / "swiglu" / "report.md").read_text()
