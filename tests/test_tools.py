@@ -77,6 +77,11 @@ FIRES: dict[str, set[str]] = {
         "high_register_usage",
         "energy_bank_conflicts",
     },
+    # a runtime-indexed local array on every element: 75 % of the sectors local, long scoreboard 94 %;
+    # the paper's case A misses by a hair (memory 50.2 % vs < 50 %), and that traffic is not hidden
+    "harmless_spills": {"warp_stall"},
+    # __syncthreads after a load with no shared memory, 256-thread blocks: the barrier does stall
+    "redundant_barrier": {"barrier_stall"},
     # the demo SwiGLU
     "poor": {"vectorization", "warp_stall"},
     "tuned": set(),
@@ -474,6 +479,9 @@ def test_energy_register_spills() -> None:
     # SYNTHETIC: the one real spilling kernel (spills) is harmful case B (98.8 % of sectors are local at
     # 81 % memory throughput), so it must stay quiet here; no real fixture spills harmlessly.
     assert _run("energy_register_spills", _real("spills")) is None
+    # Real: not one of A/B/C (A misses by 0.2 points), but 75 % of the sectors are local: not hidden.
+    assert _run("energy_register_spills", _real("harmless_spills")) is None
+    assert _run("register_spills", _real("harmless_spills")) is None
     assert _run("energy_register_spills", _real("clean")) is None  # no local traffic
     light = _with(_real("tuned", metrics50=True), **{ncu_tools.LOCAL_LD_SECTORS: 60_000.0})
     f = _check(_run("energy_register_spills", light), "energy_register_spills")
@@ -500,6 +508,10 @@ def test_energy_redundant_barriers() -> None:
     # Real quiet cases: every fixture with BAR also uses shared memory (LDS/STS).
     for case in ("barrier_stall", "smem_occupancy", "bank_padded", "triton_wgmma", "clean"):
         assert _run("energy_redundant_barriers", _real(case)) is None, case
+    # Real: a barrier with no shared memory, but warps wait at it for each other's loads (38 % of the
+    # stalls): it costs time, so barrier_stall fires and the energy-only tool stays quiet.
+    assert _run("energy_redundant_barriers", _real("redundant_barrier")) is None
+    _check(_run("barrier_stall", _real("redundant_barrier")), "barrier_stall")
     # SYNTHETIC SASS: barriers but no shared-memory instruction, on the real clean counters (no barrier stall).
     f = _check(_run("energy_redundant_barriers", replace(_real("clean"), sass=_fake_sass(BAR=3, LDG=4, total=200))),
                "energy_redundant_barriers")  # fmt: skip

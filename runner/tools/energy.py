@@ -113,6 +113,10 @@ def _spill_case(p: Profile, th: Mapping[str, float]) -> dict[str, float | str] |
     if judged is None or judged[0]:
         return None  # a harmful case A/B/C: register_spills handles it
     ev = dict(judged[1])
+    # The paper's cases can miss by a hair (the H200's harmless_spills fixture: 75 % of its sectors
+    # local, memory throughput 50.2 % against case A's < 50 %); traffic that large is not hidden.
+    if float(ev.get("local_traffic_ratio_pct", 0.0)) >= th["hidden_local_ratio_pct"]:
+        return None
     if p.sass is not None:
         ev["STL"], ev["LDL"] = p.sass.count("STL"), p.sass.count("LDL")
     ev["est_spill_energy_uJ"] = _uj(PJ_LOCAL_SECTOR * local)
@@ -143,10 +147,10 @@ def _spill_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
 
 ENERGY_REGISTER_SPILLS = ProfilingTool(
     name="energy_register_spills", source="ncu", required=(LOCAL_LD_SECTORS, LOCAL_ST_SECTORS),
-    thresholds={**REGISTER_SPILLS.thresholds, "medium_local_ratio_pct": 10.0},
+    thresholds={**REGISTER_SPILLS.thresholds, "medium_local_ratio_pct": 10.0, "hidden_local_ratio_pct": 30.0},
     trigger=lambda p, th: _spill_case(p, th) is not None, analyze=_spill_analyze,
     affinity=ALL_CLASSES, energy_only=True,
-    description="Local-memory (spill) traffic that none of the harmful cases A/B/C explains: energy only.",
+    description="Local-memory (spill) traffic under 30 % of sectors that none of the harmful cases A/B/C explains.",
 )  # fmt: skip
 
 
