@@ -306,7 +306,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     halted: list[str] = []
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
-        if halted:
+        # Nothing could be evaluated: asking would only spend a model call.
+        if halted or len(evaluated) >= budget or time.perf_counter() > deadline:
             return []
         text, findings, prof = feedback_for(parent.candidate.key)
         try:

@@ -12,10 +12,8 @@ the CURRENT `summarize` (launch overhead counted from the first launch API call)
 energy-only ones included, no affinity filter): a threshold change that adds or removes a finding
 fails `test_registry_over_every_real_case`.
 
-SYNTHETIC data remains only where no real case exists, marked at each use:
-energy_register_spills (the only spilling fixture, `spills`, is harmful case B), energy_redundant_barriers
-(every fixture with BAR also uses shared memory), severity bands no fixture lands in, the paper's
-spill cases A/C, and cuBLAS linkage.
+SYNTHETIC data remains only where no real case exists, marked at each use: severity bands no
+fixture lands in, the paper's spill cases A/C, and cuBLAS linkage.
 """
 
 from __future__ import annotations
@@ -82,6 +80,10 @@ FIRES: dict[str, set[str]] = {
     "harmless_spills": {"warp_stall"},
     # __syncthreads after a load with no shared memory, 256-thread blocks: the barrier does stall
     "redundant_barrier": {"barrier_stall"},
+    # the same stream touching the local array for 1 element in 64: 27 % of sectors local, hidden
+    "light_spills": {"energy_register_spills"},
+    # the redundant barrier in 32-thread blocks: 0.4 % barrier stalls
+    "single_warp_barrier": {"energy_redundant_barriers"},
     # the demo SwiGLU
     "poor": {"vectorization", "warp_stall"},
     "tuned": set(),
@@ -476,13 +478,18 @@ def test_energy_bank_conflicts() -> None:
 
 
 def test_energy_register_spills() -> None:
-    # SYNTHETIC: the one real spilling kernel (spills) is harmful case B (98.8 % of sectors are local at
-    # 81 % memory throughput), so it must stay quiet here; no real fixture spills harmlessly.
+    # Real: a local array touched for 1 element in 64 of a bandwidth-bound stream (27 % of the sectors,
+    # memory throughput 69 %): none of A/B/C, hidden behind DRAM.
+    f = _check(_run("energy_register_spills", _real("light_spills")), "energy_register_spills")
+    assert f.evidence["local_traffic_ratio_pct"] == 27.0 and f.evidence["STL"] > 0
+    assert _run("register_spills", _real("light_spills")) is None
+    # Real: harmful case B (98.8 % of sectors local at 81 % memory throughput) is the speed tool's.
     assert _run("energy_register_spills", _real("spills")) is None
     # Real: not one of A/B/C (A misses by 0.2 points), but 75 % of the sectors are local: not hidden.
     assert _run("energy_register_spills", _real("harmless_spills")) is None
     assert _run("register_spills", _real("harmless_spills")) is None
     assert _run("energy_register_spills", _real("clean")) is None  # no local traffic
+    # SYNTHETIC: the severity band below the real case.
     light = _with(_real("tuned", metrics50=True), **{ncu_tools.LOCAL_LD_SECTORS: 60_000.0})
     f = _check(_run("energy_register_spills", light), "energy_register_spills")
     assert f.severity == "low" and f.evidence["est_spill_energy_uJ"] == pytest.approx(4.8)
@@ -512,6 +519,9 @@ def test_energy_redundant_barriers() -> None:
     # stalls): it costs time, so barrier_stall fires and the energy-only tool stays quiet.
     assert _run("energy_redundant_barriers", _real("redundant_barrier")) is None
     _check(_run("barrier_stall", _real("redundant_barrier")), "barrier_stall")
+    # Real: the same kernel in single-warp blocks: 0.4 % barrier stalls.
+    f = _check(_run("energy_redundant_barriers", _real("single_warp_barrier")), "energy_redundant_barriers")
+    assert f.evidence["reason"] == "single-warp blocks" and f.evidence["barrier_stall_pct"] < 1
     # SYNTHETIC SASS: barriers but no shared-memory instruction, on the real clean counters (no barrier stall).
     f = _check(_run("energy_redundant_barriers", replace(_real("clean"), sass=_fake_sass(BAR=3, LDG=4, total=200))),
                "energy_redundant_barriers")  # fmt: skip
@@ -534,8 +544,7 @@ ENERGY_TOOLS = {"energy_bank_conflicts", "energy_register_spills", "energy_uncoa
 
 def test_every_tool_fires_on_some_real_case() -> None:
     fired = set().union(*FIRES.values(), *TIMELINE_FIRES.values())
-    synthetic_only = {"energy_register_spills", "energy_redundant_barriers"}
-    assert fired == {t.name for t in registry()} - synthetic_only
+    assert fired == {t.name for t in registry()}
 
 
 def test_registry_has_every_tool_once_with_a_full_record() -> None:
