@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpro.runner.evaluator import EvalSettings, evaluate
+from kernelpro.runner.profile import Timeline
 from kernelpro.runner.profiler import profile_candidate
 from kernelpro.runner.roofline import analyze_reference, default_ceilings
 from kernelpro.runner.target import Tolerance
@@ -114,7 +115,7 @@ def main() -> None:
     p.add_argument("--out", default="benchmark-out")
     p.add_argument("--only")
     args = p.parse_args()
-    es = EvalSettings(device="cuda", trials=2, timeout_s=300)
+    es = EvalSettings(device="cuda", trials=2, timeout_s=300, timeline=True)  # the timeline as the loop takes it
     rows = []
     for c in CASES:
         if args.only and args.only not in c.name:
@@ -127,7 +128,9 @@ def main() -> None:
         row: dict[str, object] = {"kernel": c.name, "status": outcome.status}
         if outcome.passed:
             t0 = time.perf_counter()
-            prof, secs = profile_candidate(d, sol, [w], es)
+            tl = outcome.timeline
+            timeline = Timeline(**{**tl, "kernels": tuple(tl["kernels"])}) if tl and "error" not in tl else None
+            prof, secs = profile_candidate(d, sol, [w], es, timeline=timeline)
             dtypes = [s[1] for s in (*c.inputs.values(), *c.outputs.values())]
             stage1 = analyze_reference(d, [w], flops=c.flops, nbytes=c.nbytes,
                                        ceilings=default_ceilings(str(outcome.environment.get("hardware", "")), dtypes),
