@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpro.runner.evaluator import EvalSettings, evaluate
@@ -124,13 +125,14 @@ def main() -> None:
         sol = Solution(f"{d.name}-upstream", d.name, "upstream", BuildSpec("python", ("cuda",), "wrapper.py::run",
                        destination_passing_style=c.dps), (SourceFile("wrapper.py", c.wrapper),))  # fmt: skip
         w = Workload.make(d, {})
-        outcome = evaluate(d, sol, [w], Tolerance(), es)
+        cache = Path(tempfile.mkdtemp(prefix="kp-corpus-cache-"))  # this kernel's Triton cache, as the loop keeps one
+        outcome = evaluate(d, sol, [w], Tolerance(), replace(es, cache_dir=cache))
         row: dict[str, object] = {"kernel": c.name, "status": outcome.status}
         if outcome.passed:
             t0 = time.perf_counter()
             tl = outcome.timeline
             timeline = Timeline(**{**tl, "kernels": tuple(tl["kernels"])}) if tl and "error" not in tl else None
-            prof, secs = profile_candidate(d, sol, [w], es, timeline=timeline)
+            prof, secs = profile_candidate(d, sol, [w], es, timeline=timeline, triton_cache=cache)
             dtypes = [s[1] for s in (*c.inputs.values(), *c.outputs.values())]
             stage1 = analyze_reference(d, [w], flops=c.flops, nbytes=c.nbytes,
                                        ceilings=default_ceilings(str(outcome.environment.get("hardware", "")), dtypes),

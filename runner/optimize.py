@@ -200,9 +200,16 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         hit = journal.get(cand.key)
         if hit is not None:
             return hit.outcome
-        outcome = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
+        outcome = evaluate(target.definition, cand.solution, workloads, target.tolerance,
+                           replace(es, cache_dir=triton_cache(cand)))  # fmt: skip
         journal.append(cand, outcome)
         return outcome
+
+    def triton_cache(cand: Candidate) -> Path:
+        # One Triton cache per candidate: its profiling child starts warm from it (no second JIT,
+        # no second autotune) and the SASS analysis finds exactly this candidate's cubins in it.
+        assert es.cache_dir is not None
+        return es.cache_dir / cand.key[:16]
 
     def record(cand: Candidate, outcome: Outcome) -> Scored:
         base: Outcome | None = state["baseline"]
@@ -247,7 +254,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if device != "cuda" or settings.feedback == "none" or cand.key in analyses:
             return
         prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
-                                       recorded_timeline(cand.key))  # fmt: skip
+                                       recorded_timeline(cand.key), triton_cache(cand))  # fmt: skip
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
@@ -259,7 +266,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         base_prof = None
         if settings.feedback != "none":
             base_prof, secs = profile_candidate(target.definition, baseline_cand.solution, workloads, es,
-                                                settings.profiling, recorded_timeline(baseline_cand.key))  # fmt: skip
+                                                settings.profiling, recorded_timeline(baseline_cand.key),
+                                                triton_cache(baseline_cand))  # fmt: skip
             prof_time[0] += secs
         stage1 = analyze_reference(
             target.definition, workloads, flops=target.flops, nbytes=target.bytes,

@@ -7,6 +7,7 @@ not permitted, no cuobjdump) becomes a note in the Profile, and the loop goes on
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import time
@@ -89,9 +90,11 @@ def _timeline(definition: Definition, solution: Solution, workload: Workload, es
 
 def profile_candidate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
                       es: EvalSettings, ps: ProfileSettings = ProfileSettings(),
-                      timeline: Timeline | None = None) -> tuple[Profile, float]:  # fmt: skip
+                      timeline: Timeline | None = None, triton_cache: Path | None = None) -> tuple[Profile, float]:  # fmt: skip
     """Profile on the largest workload (the one where the kernel's own behaviour dominates).
-    A timeline recorded by the evaluation (EvalSettings.timeline) is reused instead of a new child."""
+    A timeline recorded by the evaluation (EvalSettings.timeline) is reused instead of a new child;
+    ``triton_cache``, the Triton cache this candidate alone was evaluated with, is copied in first so
+    the ncu child neither compiles nor autotunes again (it must hold no other candidate's cubins)."""
     t0 = time.perf_counter()
     if es.device != "cuda":
         return Profile(notes=("no GPU: no profiling",)), 0.0
@@ -102,6 +105,8 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
     sass = None
     with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
         cache = Path(tmp) / "triton-cache"  # fresh, so every cubin in it is this candidate's
+        if triton_cache is not None and triton_cache.is_dir():
+            shutil.copytree(triton_cache, cache)
         if ps.ncu:
             kernels, n = _ncu(definition, solution, workload, es, ps, cache)
             notes += n
