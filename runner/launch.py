@@ -330,7 +330,7 @@ def parse_arg(text: str, tensors: Mapping[str, tuple[str, bool]], axes: Sequence
         pointee = base[:-1].strip()
         if pointee.endswith("*"):
             raise LaunchError(f"{text!r}: pointers to pointers cannot be passed from a tensor")
-    elif base not in SCALAR_TYPES:
+    elif base not in SCALAR_TYPES and not (name in tensors and not tensors[name][0].startswith("scalar:")):
         raise LaunchError(f"{text!r}: unknown C type {base!r}; use a pointer for tensors or one of "
                           f"{', '.join(sorted(SCALAR_TYPES))}")  # fmt: skip
     if value is not None:
