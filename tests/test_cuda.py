@@ -352,3 +352,14 @@ def test_build_timing_is_reported(tmp_path: Path) -> None:
         "name": "x", "definition": "d", "author": "a", "spec": {"language": "cuda", "entry_point": "k.cu::k"},
         "sources": [{"path": "k.cu", "content": '#include "/etc/passwd"\n'}]}), tmp_path, arch="sm_90a").status == "COMPILE_ERROR"  # fmt: skip
     assert time.perf_counter() - t0 < 5
+
+
+def test_optimize_on_the_cpu_skips_cuda_targets_with_a_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from kernelpro.cli import main, make_demo_repo
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    repo = make_demo_repo(tmp_path / "repo", "cuda")
+    assert (repo / "kernels" / "swiglu.cu").read_text() == KERNEL
+    assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out")]) == 0
+    assert "swiglu_cuda: skipped, CUDA targets need an NVIDIA GPU" in capsys.readouterr().out
