@@ -104,14 +104,18 @@ def arch_for(major: int, minor: int) -> str:
 
 
 def default_arch() -> str:
-    """The visible GPU's architecture; sm_90a (H100/H200) when there is no GPU (CPU-only CI)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return arch_for(*torch.cuda.get_device_capability())
-    except ImportError:
-        pass
+    """The visible GPU's architecture, from nvidia-smi so the calling process does not initialise
+    CUDA (the loop's parent process never touches the GPU); sm_90a (H100/H200) without a GPU.
+    The harness child asks torch instead; when the two disagree the child simply builds its own."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+            p = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=30, env=_env(None))  # fmt: skip
+            first = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
+            if re.fullmatch(r"[0-9]+\.[0-9]+", first.strip()):
+                major, minor = first.strip().split(".")
+                return arch_for(int(major), int(minor))
     return "sm_90a"
 
 

@@ -363,3 +363,14 @@ def test_optimize_on_the_cpu_skips_cuda_targets_with_a_reason(tmp_path: Path, ca
     assert (repo / "kernels" / "swiglu.cu").read_text() == KERNEL
     assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out")]) == 0
     assert "swiglu_cuda: skipped, CUDA targets need an NVIDIA GPU" in capsys.readouterr().out
+
+
+def test_default_arch_asks_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelpro.runner.cubin import default_arch
+
+    smi = tmp_path / "nvidia-smi"
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    for out, want in (("8.6\n8.6\n", "sm_86"), ("9.0\n", "sm_90a"), ("", "sm_90a"), ("No devices were found\n", "sm_90a")):
+        smi.write_text(f"#!/bin/sh\nprintf '{out}'\n")
+        smi.chmod(0o755)
+        assert default_arch() == want, out
