@@ -27,7 +27,7 @@ KERNEL = (EXAMPLE / "commit2" / "kernels" / "swiglu.cu").read_text()
 def test_knobs_of_the_example_kernel() -> None:
     got = {(k.name, k.kind, k.value) for k in find_knobs(KERNEL)}
     assert got == {("BLOCK_SIZE", "threads", 32), ("VEC", "vector", 1), ("ITEMS_PER_THREAD", "work", 1),
-                   ("min_blocks#1", "min_blocks", 0), ("pragma_unroll#1", "unroll", UNROLL_FULL),
+                   ("min_blocks:swiglu_kernel", "min_blocks", 0), ("pragma_unroll#1", "unroll", UNROLL_FULL),
                    ("pragma_unroll#2", "unroll", UNROLL_FULL)}  # fmt: skip
     assert all(k.value in k.choices and list(k.choices) == sorted(k.choices) for k in find_knobs(KERNEL))
 
@@ -55,9 +55,9 @@ __global__ void __launch_bounds__(THREADS * (2), 4) k2() {
 }
 """
     got = {(k.name, k.kind, k.value) for k in find_knobs(src)}
-    assert got == {("TILE_M", "tile", 64), ("ITEMS_PER_THREAD", "work", 4), ("min_blocks#2", "min_blocks", 4),
+    assert got == {("TILE_M", "tile", 64), ("ITEMS_PER_THREAD", "work", 4), ("min_blocks:k2", "min_blocks", 4),
                    ("pragma_unroll#2", "unroll", 2)}  # fmt: skip
-    out = apply_knobs(src, {"TILE_M": 128, "min_blocks#2": 0, "pragma_unroll#2": UNROLL_FULL, "ITEMS_PER_THREAD": 1})
+    out = apply_knobs(src, {"TILE_M": 128, "min_blocks:k2": 0, "pragma_unroll#2": UNROLL_FULL, "ITEMS_PER_THREAD": 1})
     assert "#define TILE_M (128)" in out and "__launch_bounds__(THREADS * (2))" in out
     assert "#pragma unroll\n" in out and "constexpr int ITEMS_PER_THREAD = 1;" in out
     assert "// #define BLOCK_SIZE 128" in out and '"#define TILE 32"' in out and "__launch_bounds__(THREADS, 2, 1)" in out
@@ -69,13 +69,32 @@ def test_apply_is_identity_on_current_values_and_checks_its_input() -> None:
         apply_knobs(KERNEL, {"NOPE": 1})
     with pytest.raises(KnobError, match="is not a choice for knob 'BLOCK_SIZE'"):
         apply_knobs(KERNEL, {"BLOCK_SIZE": 48})
-    out = apply_knobs(KERNEL, {"BLOCK_SIZE": 1024, "min_blocks#1": 2, "pragma_unroll#2": 4})
+    out = apply_knobs(KERNEL, {"BLOCK_SIZE": 1024, "min_blocks:swiglu_kernel": 2, "pragma_unroll#2": 4})
     assert {k.name: k.value for k in find_knobs(out)} == {
-        "BLOCK_SIZE": 1024, "VEC": 1, "ITEMS_PER_THREAD": 1, "min_blocks#1": 2, "pragma_unroll#1": UNROLL_FULL,
+        "BLOCK_SIZE": 1024, "VEC": 1, "ITEMS_PER_THREAD": 1, "min_blocks:swiglu_kernel": 2, "pragma_unroll#1": UNROLL_FULL,
         "pragma_unroll#2": 4}  # fmt: skip
     assert "__launch_bounds__(BLOCK_SIZE, 2)" in out and "#pragma unroll 4\n" in out
     # Only the digits changed: same lines, same layout.
     assert len(out.splitlines()) == len(KERNEL.splitlines())
+
+
+UNBOUNDED = KERNEL.replace("void __launch_bounds__(BLOCK_SIZE)\n", "void\n")
+
+
+def test_launch_bounds_are_added_to_the_targets_kernel_when_it_has_none() -> None:
+    assert "__launch_bounds__" not in UNBOUNDED
+    assert "min_blocks:swiglu_kernel" not in {k.name for k in find_knobs(UNBOUNDED)}  # no launch known: no knob
+    knobs = {k.name: k for k in find_knobs(UNBOUNDED, "swiglu_kernel", ("BLOCK_SIZE",))}
+    assert knobs["min_blocks:swiglu_kernel"].value == 0
+    assert apply_knobs(UNBOUNDED, {"min_blocks:swiglu_kernel": 0}, "swiglu_kernel", ("BLOCK_SIZE",)) == UNBOUNDED
+    out = apply_knobs(UNBOUNDED, {"min_blocks:swiglu_kernel": 2}, "swiglu_kernel", ("BLOCK_SIZE",))
+    assert "void\n__launch_bounds__(BLOCK_SIZE, 2) swiglu_kernel(" in out
+    # From there on it is an ordinary launch bound of that kernel.
+    assert {k.name: k.value for k in find_knobs(out)}["min_blocks:swiglu_kernel"] == 2
+    two_d = apply_knobs(UNBOUNDED, {"min_blocks:swiglu_kernel": 1}, "swiglu_kernel", ("BX", "4"))
+    assert "__launch_bounds__(BX * 4, 1) swiglu_kernel(" in two_d
+    # A block written with arithmetic is not copied into C++ (Python's // is not C's).
+    assert "min_blocks:swiglu_kernel" not in {k.name for k in find_knobs(UNBOUNDED, "swiglu_kernel", ("T // 2",))}
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
@@ -87,6 +106,9 @@ def test_every_single_move_and_the_corners_compile(tmp_path: Path) -> None:
     settings += [{k.name: max(k.choices) for k in knobs}, {k.name: min(k.choices) for k in knobs}]
     spec = BuildSpec("cuda", ("cuda",), "k.cu::swiglu_kernel")
     sols = [Solution(f"s{i}", "d", "t", spec, (SourceFile("k.cu", apply_knobs(KERNEL, s)),)) for i, s in enumerate(settings)]
+    inserted = apply_knobs(UNBOUNDED, {"min_blocks:swiglu_kernel": 4}, "swiglu_kernel", ("BLOCK_SIZE",))
+    sols.append(Solution("inserted", "d", "t", spec, (SourceFile("k.cu", inserted),)))
+    settings.append({"inserted": 4})
     built = prebuild(sols, tmp_path, arch="sm_90a")
     bad = [(s, b.log[-400:]) for s, b in zip(settings, built, strict=True) if not b.ok]
     assert not bad, bad
@@ -125,7 +147,7 @@ def test_findings_order_the_moves(cuda_target: tuple[Target, Path]) -> None:
     spills = propose(target, repo, "optimize", 2, (finding("register_spills"),))
     assert spills[0].note == "pragma_unroll#1 65536->16"  # no cap to loosen (no min blocks): unroll less first
     occupancy = propose(target, repo, "optimize", 2, (finding("occupancy"),))
-    assert [c.note for c in occupancy] == ["BLOCK_SIZE 32->64", "min_blocks#1 0->1"]
+    assert [c.note for c in occupancy] == ["BLOCK_SIZE 32->64", "min_blocks:swiglu_kernel 0->1"]
     launch = propose(target, repo, "optimize", 1, (finding("launch_overhead"),))
     assert launch[0].note == "ITEMS_PER_THREAD 1->2"
     assert all(c.solution.sources[0].path == "kernels/swiglu.cu" and c.solution.spec == target.solution(repo).spec
@@ -163,3 +185,16 @@ def test_moves_compose_from_a_moved_parent(cuda_target: tuple[Target, Path]) -> 
     assert grand.note == "BLOCK_SIZE 64->128"
     values = {k.name: k.value for k in find_knobs(grand.solution.sources[0].content)}
     assert values["BLOCK_SIZE"] == 128 and values["VEC"] == 1
+
+
+def test_the_tuner_adds_launch_bounds_for_register_pressure(cuda_target: tuple[Target, Path]) -> None:
+    from kernelpro.runner.trace import Solution, SourceFile
+
+    target, repo = cuda_target
+    base = target.solution(repo)
+    sol = Solution(base.name, base.definition, base.author, base.spec, (SourceFile(base.entry_file, UNBOUNDED),))
+    parent = Scored(Candidate(sol, None, "init", "pr"), Outcome(sol.content_hash(), "PASSED", ()), 1.0)
+    ctx = Context(target=target, seen=lambda k: False, device="cuda", findings=(finding("high_register_usage"),))
+    first = Tuner().propose(parent, "optimize", 1, ctx)[0]
+    assert first.note == "min_blocks:swiglu_kernel 0->1"
+    assert "__launch_bounds__(BLOCK_SIZE, 1) swiglu_kernel(" in first.solution.sources[0].content

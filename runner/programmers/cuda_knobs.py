@@ -7,7 +7,10 @@ is an integer the kernel author already wrote and that only changes how the work
   (BLOCK_SIZE, THREADS, NUM_THREADS), a vector width (VEC, VEC_SIZE), work per thread
   (ITEMS_PER_THREAD, ..._PER_THREAD), a tile (TILE_M, BLOCK_N, TILE) or an unroll factor (UNROLL);
 * the count after ``#pragma unroll`` (a bare pragma is the value ``UNROLL_FULL``);
-* the minimum resident blocks of ``__launch_bounds__(max_threads[, min_blocks])`` (0: absent).
+* the minimum resident blocks of ``__launch_bounds__(max_threads[, min_blocks])`` (0: absent),
+  named after the kernel that follows (``min_blocks:swiglu_kernel``). When the target's kernel has
+  no launch bounds and its block size is spelled with constants only, the knob still exists (at 0)
+  and a move inserts ``__launch_bounds__(<block>, N)`` before the kernel's name.
 
 Every rewrite swaps one integer literal for another, toggles the count of a pragma, or adds or
 drops ``, N`` inside ``__launch_bounds__(...)``: the result is valid C++ whenever the input was,
@@ -22,7 +25,7 @@ only the kernel file.
 Limitations (all err towards fewer knobs): a name defined more than once (an #ifdef ladder) is not
 a knob; ``#pragma unroll EXPR`` with a non-literal count is left alone; ``__launch_bounds__``
 with a third argument (max blocks per cluster) is left alone; no pragma or launch bound is ever
-inserted where the author wrote none.
+inserted where the author wrote none (launch bounds on the target's own kernel excepted, see above).
 """
 
 from __future__ import annotations
@@ -125,13 +128,23 @@ class _Site:
     end: int
     """Offset just past it."""
     style: str
-    """'literal' (digits), 'pragma' (what follows `#pragma unroll`) or 'bounds' (the argument list of
-    __launch_bounds__, without its parentheses)."""
+    """'literal' (digits), 'pragma' (what follows `#pragma unroll`), 'bounds' (the argument list of
+    __launch_bounds__, without its parentheses) or 'insert' (before a kernel name without bounds)."""
     first: str = ""
-    """For 'bounds': the max-threads argument, kept as written."""
+    """For 'bounds' and 'insert': the max-threads argument (as written, or the launch's block)."""
 
 
-def _scan(source: str) -> list[tuple[Knob, _Site]]:
+_NAME_AFTER_BOUNDS = re.compile(r"(?:\s*[A-Za-z_]\w*)*?\s*(?P<name>[A-Za-z_]\w*)\s*\(")
+
+
+def _threads_expr(block: tuple[str, ...] | None) -> str | None:
+    """The launch's threads per block as C++, when every dimension is a name or an integer."""
+    if not block or not all(re.fullmatch(r"[A-Za-z_]\w*|[0-9]+", d.strip()) for d in block):
+        return None
+    return " * ".join(d.strip() for d in block)
+
+
+def _scan(source: str, kernel: str | None = None, block: tuple[str, ...] | None = None) -> list[tuple[Knob, _Site]]:
     masked = _mask(source)
     found: list[tuple[Knob, _Site]] = []
     constants: dict[str, list[tuple[int, int, int]]] = {}
@@ -157,6 +170,7 @@ def _scan(source: str) -> list[tuple[Knob, _Site]]:
         start = m.start("rest")
         found.append((Knob(f"pragma_unroll#{i}", "unroll", value, _choices("unroll", value),
                            masked.count("\n", 0, start) + 1), _Site(start, m.end("rest"), "pragma")))  # fmt: skip
+    bounded: set[str] = set()
     for i, m in enumerate(_BOUNDS.finditer(masked), start=1):
         depth, j = 1, m.end()
         commas: list[int] = []
@@ -171,6 +185,10 @@ def _scan(source: str) -> list[tuple[Knob, _Site]]:
         if depth or len(commas) > 1:
             continue
         inner_start, inner_end = m.end(), j - 1
+        after = _NAME_AFTER_BOUNDS.match(masked, j)
+        label = f"min_blocks:{after['name']}" if after else f"min_blocks#{i}"
+        if after:
+            bounded.add(after["name"])
         first = source[inner_start:commas[0] if commas else inner_end].strip()
         if commas:
             second = masked[commas[0] + 1 : inner_end].strip()
@@ -179,15 +197,23 @@ def _scan(source: str) -> list[tuple[Knob, _Site]]:
             value = int(second)
         else:
             value = 0
-        found.append((Knob(f"min_blocks#{i}", "min_blocks", value, _choices("min_blocks", value),
+        found.append((Knob(label, "min_blocks", value, _choices("min_blocks", value),
                            masked.count("\n", 0, inner_start) + 1), _Site(inner_start, inner_end, "bounds", first)))  # fmt: skip
+    threads = _threads_expr(block)
+    if kernel and threads and kernel not in bounded:
+        decl = re.search(rf"\b__global__\b[^;{{}}()]*?\b(?P<name>{re.escape(kernel)})\s*\(", masked)
+        if decl is not None:
+            at = decl.start("name")
+            found.append((Knob(f"min_blocks:{kernel}", "min_blocks", 0, _choices("min_blocks", 0),
+                               masked.count("\n", 0, at) + 1), _Site(at, at, "insert", threads)))  # fmt: skip
     found.sort(key=lambda ks: ks[1].start)
     return found
 
 
-def find_knobs(source: str) -> list[Knob]:
-    """Every knob in a CUDA source, in source order."""
-    return [k for k, _ in _scan(source)]
+def find_knobs(source: str, kernel: str | None = None, block: tuple[str, ...] | None = None) -> list[Knob]:
+    """Every knob in a CUDA source, in source order. ``kernel`` and ``block`` (the target's launch)
+    let launch bounds be inserted on that kernel when it has none."""
+    return [k for k, _ in _scan(source, kernel, block)]
 
 
 def _render(site: _Site, value: int) -> str:
@@ -195,13 +221,16 @@ def _render(site: _Site, value: int) -> str:
         return str(value)
     if site.style == "pragma":
         return "" if value == UNROLL_FULL else f" {value}"
+    if site.style == "insert":
+        return "" if value == 0 else f"__launch_bounds__({site.first}, {value}) "
     return site.first if value == 0 else f"{site.first}, {value}"
 
 
-def apply_knobs(source: str, settings: Mapping[str, int]) -> str:
+def apply_knobs(source: str, settings: Mapping[str, int], kernel: str | None = None,
+                block: tuple[str, ...] | None = None) -> str:  # fmt: skip
     """``source`` with each named knob set; unnamed knobs keep their value and the current values
     give back ``source`` unchanged. Raises KnobError for an unknown knob or a value off its choices."""
-    scanned = {k.name: (k, s) for k, s in _scan(source)}
+    scanned = {k.name: (k, s) for k, s in _scan(source, kernel, block)}
     edits: list[tuple[_Site, int]] = []
     for name, value in settings.items():
         if name not in scanned:
@@ -215,7 +244,7 @@ def apply_knobs(source: str, settings: Mapping[str, int]) -> str:
     for site, value in sorted(edits, key=lambda e: -e[0].start):
         result = result[: site.start] + _render(site, value) + result[site.end :]
     if result != source:
-        after = {k.name: k.value for k in find_knobs(result)}
+        after = {k.name: k.value for k in find_knobs(result, kernel, block)}
         want = {n: settings.get(n, k.value) for n, (k, _) in scanned.items()}
         if after != want:
             raise KnobError(f"rewrite did not round-trip: expected {want}, found {after}")

@@ -72,13 +72,19 @@ class _FileKnob:
         return f"{self.path}::{self.knob.name}"
 
 
+def _cuda_launch(solution: Solution) -> tuple[str | None, tuple[str, ...] | None]:
+    """The raw kernel's name and block, so launch bounds can be added to a kernel that has none."""
+    launch = solution.spec.launch
+    return (launch.kernel, launch.block) if launch is not None else (None, None)
+
+
 def _knobs(solution: Solution) -> list[_FileKnob]:
     out: list[_FileKnob] = []
     for src in solution.sources:
         if src.path.endswith(".py"):
             out.extend(_FileKnob(src.path, k) for k in find_knobs(src.content))
         elif cuda_knobs.is_cuda_source(src.path):
-            out.extend(_FileKnob(src.path, k) for k in cuda_knobs.find_knobs(src.content))
+            out.extend(_FileKnob(src.path, k) for k in cuda_knobs.find_knobs(src.content, *_cuda_launch(solution)))
     return out
 
 
@@ -94,9 +100,13 @@ class Tuner:
         sources = []
         for src in solution.sources:
             mine = {fk.knob.name: settings[fk.key] for fk in knobs if fk.path == src.path}
-            rewrite = cuda_knobs.apply_knobs if cuda_knobs.is_cuda_source(src.path) else apply_knobs
             try:
-                content = rewrite(src.content, mine) if mine else src.content
+                if not mine:
+                    content = src.content
+                elif cuda_knobs.is_cuda_source(src.path):
+                    content = cuda_knobs.apply_knobs(src.content, mine, *_cuda_launch(solution))
+                else:
+                    content = apply_knobs(src.content, mine)
             except KnobError:
                 return None
             sources.append(SourceFile(src.path, content))
