@@ -78,20 +78,21 @@ def kernel_callable(solution: Mapping[str, Any], cache: Path) -> Callable[..., N
 def _launcher(launch: Launch, kernel: Any, constants: Mapping[str, int]) -> Callable[..., None]:
     import torch
 
-    from .launch import pack
+    from .launch import evaluate, pack
 
-    geometry: dict[tuple[tuple[str, int], ...], tuple[dict[str, int], Any]] = {}
+    geometry: dict[tuple[tuple[str, int], ...], tuple[dict[str, int], dict[str, int], Any]] = {}
 
     def call(*values: Any) -> None:
         axes = launch.axis_values(values)
         key = tuple(sorted(axes.items()))
         if key not in geometry:  # evaluated once per shape: the timed calls pay only packing and the launch
             names = {**constants, **axes}
-            geometry[key] = (names, launch.geometry(names))
-        names, (grid, block, smem) = geometry[key]
+            computed = {a.name: evaluate(a.value, names) for a in launch.args if a.value is not None}
+            geometry[key] = (names, computed, launch.geometry(names))
+        names, computed, (grid, block, smem) = geometry[key]
         if 0 in grid:
             return  # an empty problem: nothing to launch (a zero grid is an error for the driver)
-        params, storage = pack(launch.args, dict(zip(launch.call, values, strict=True)), names)
+        params, storage = pack(launch.args, {**computed, **dict(zip(launch.call, values, strict=True))}, names)
         kernel.launch(grid, block, smem, params, torch.cuda.current_stream().cuda_stream)
         del storage  # kept alive until the launch has copied the parameters
 

@@ -462,15 +462,15 @@ def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence
 
 
 def _tensor_pointer(name: str, value: Any) -> int:
-    data_ptr = getattr(value, "data_ptr", None)
-    if data_ptr is None:
-        raise LaunchError(f"{name}: expected a tensor, got {type(value).__name__}")
-    if getattr(value, "is_contiguous", lambda: True)() is False:
+    try:
+        contiguous, device, ptr = value.is_contiguous(), value.device, value.data_ptr()
+    except AttributeError:
+        raise LaunchError(f"{name}: expected a tensor, got {type(value).__name__}") from None
+    if not contiguous:
         raise LaunchError(f"{name}: the kernel takes a raw pointer, so the tensor must be contiguous")
-    device = getattr(value, "device", None)
-    if device is not None and getattr(device, "type", "cuda") != "cuda":
+    if device.type != "cuda":
         raise LaunchError(f"{name}: the tensor is on {device}; CUDA kernels need tensors on the GPU")
-    return int(data_ptr())
+    return int(ptr)
 
 
 def pack(args: Sequence[KernelArg], values: Mapping[str, Any], names: Mapping[str, int]
@@ -479,7 +479,7 @@ def pack(args: Sequence[KernelArg], values: Mapping[str, Any], names: Mapping[st
     the declared C type. Returns (array, storage); keep the storage alive until the launch returns."""
     storage: list[Any] = []
     for a in args:
-        if a.pointer:
+        if a.source == "tensor":  # the only pointers (parse_arg makes every other kind a value)
             storage.append(ctypes.c_void_p(_tensor_pointer(a.name, values[a.name])))
             continue
         ctype = SCALAR_TYPES[a.ctype.removeprefix("const ")]
@@ -487,6 +487,8 @@ def pack(args: Sequence[KernelArg], values: Mapping[str, Any], names: Mapping[st
             raw = values[a.name]
         elif a.source == "axis":
             raw = names[a.name]
+        elif a.name in values:  # computed once per shape by the caller
+            raw = values[a.name]
         else:
             assert a.value is not None
             raw = evaluate(a.value, names)
@@ -502,5 +504,5 @@ def pack(args: Sequence[KernelArg], values: Mapping[str, Any], names: Mapping[st
         if not lo <= v <= hi:
             raise LaunchError(f"{a.name} = {v} does not fit in {a.ctype}; declare it with a wider type (long long)")
         storage.append(ctype(v))
-    params = (ctypes.c_void_p * max(len(storage), 1))(*[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in storage])
+    params = (ctypes.c_void_p * max(len(storage), 1))(*[ctypes.addressof(s) for s in storage])
     return params, storage

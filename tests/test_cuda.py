@@ -10,6 +10,7 @@ import struct
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -193,11 +194,17 @@ def test_source_constants() -> None:
 
 
 class FakeTensor:
+    """What the launcher reads off a CUDA tensor (there is none on this machine)."""
+
     def __init__(self, ptr: int, shape: tuple[int, ...]) -> None:
         self.ptr, self.shape = ptr, shape
+        self.device = SimpleNamespace(type="cuda")
 
     def data_ptr(self) -> int:
         return self.ptr
+
+    def is_contiguous(self) -> bool:
+        return True
 
 
 def test_pack_lays_out_every_parameter_as_its_c_type() -> None:
@@ -213,6 +220,12 @@ def test_pack_lays_out_every_parameter_as_its_c_type() -> None:
         pack((KernelArg("n", "int", "value", "M * H"),), {}, {"M": 3, "H": 2**31})
     with pytest.raises(LaunchError, match="expected a tensor"):
         pack((KernelArg("x", "float*", "tensor"),), {"x": 3.0}, {})
+    import torch
+
+    with pytest.raises(LaunchError, match="must be contiguous"):
+        pack((KernelArg("x", "float*", "tensor"),), {"x": torch.zeros(4, 3).t()}, {})
+    with pytest.raises(LaunchError, match="the tensor is on cpu; CUDA kernels need tensors on the GPU"):
+        pack((KernelArg("x", "float*", "tensor"),), {"x": torch.zeros(4)}, {})
 
 
 def test_launch_reads_axes_off_tensors_and_evaluates_the_geometry() -> None:
