@@ -32,6 +32,7 @@ TOP_KEYS = ("version", "targets", "tools")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
+    "binding",
 )  # fmt: skip
 REQUIRED_TARGET_KEYS = ("name", "files", "language", "entry_point", "definition", "workloads")
 DEFINITION_KEYS = ("name", "op_type", "axes", "inputs", "outputs", "reference", "tags",
@@ -405,14 +406,32 @@ class _Parser:
                 wls = self.workloads(*a, defn)
                 if wls is not None:
                     f[key] = tuple(wls)
+        binding = None
+        if a := at("binding"):
+            binding = self.value(a[0])
+            if binding != "torch" or f.get("language") != "cuda":
+                self.err(a[0], a[1], f"binding {binding!r} is not supported here; `binding: torch` is for a cuda "
+                         "target whose sources bind their function with PYBIND11_MODULE or TORCH_LIBRARY",
+                         "write binding: torch with language: cuda, or remove binding")  # fmt: skip
+            elif "launch" in m:
+                self.err(a[0], a[1], "a torch-extension target calls its own wrapper; 'launch' is for raw kernels",
+                         "keep either binding: torch or launch")  # fmt: skip
+            else:
+                f["binding"] = binding
         if a := at("launch"):
             if (launch := self.launch(*a, defn, f.get("entry_point"), f.get("language"))) is not None:
                 f["launch"] = launch
-        elif f.get("language") == "cuda":
+        elif f.get("language") == "cuda" and binding is None:
             self.err(node, where, "a cuda target needs 'launch': how to call its kernel",
                      'add launch: {grid: ["cdiv(M * N, BLOCK_SIZE)"], block: [BLOCK_SIZE], '
-                     'args: ["const float* x", "float* y", "int n = M * N"]}')  # fmt: skip
-        if f.get("language") == "cuda":
+                     'args: ["const float* x", "float* y", "int n = M * N"]}, or binding: torch when the '
+                     "sources wrap the kernel in a torch extension")  # fmt: skip
+        if f.get("language") == "cuda" and "binding" in f:
+            if entry_file is not None and not entry_file.endswith((".cu", ".cpp", ".cc", ".cxx")):
+                self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu or .cpp file",
+                         "write entry_point: path/to/ext.cu::function (the name PYBIND11_MODULE defines, or "
+                         "namespace.op for TORCH_LIBRARY)")  # fmt: skip
+        elif f.get("language") == "cuda":
             if f.get("destination_passing_style") is False:
                 self.err(m["destination_passing_style"][1], f"{where}.destination_passing_style",
                          "a raw CUDA kernel writes its outputs through pointers the harness allocates",

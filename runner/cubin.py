@@ -45,7 +45,9 @@ __all__ = [
     "cache_root",
     "default_arch",
     "find_nvcc",
+    "locked",
     "prebuild",
+    "unsafe_include",
 ]
 
 # -O3 is nvcc's default for device code, spelled out so the key says it; -lineinfo costs nothing at
@@ -141,7 +143,8 @@ def _key(sources: Mapping[str, str], entry: str, arch: str, flags: Sequence[str]
     return h.hexdigest()
 
 
-def _unsafe_include(sources: Mapping[str, str]) -> str | None:
+def unsafe_include(sources: Mapping[str, str]) -> str | None:
+    """Why the sources may not be compiled (an include that leaves the solution), or None."""
     for path, text in sources.items():
         for m in _INCLUDE.finditer(text):
             spec = m["spec"]
@@ -155,7 +158,8 @@ def _unsafe_include(sources: Mapping[str, str]) -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing), across threads and processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -193,7 +197,7 @@ def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, fla
         raise ValueError(f"architecture {arch!r} is not like sm_90a")
     if entry not in sources:
         return Build("COMPILE_ERROR", None, f"entry file {entry} is not among the sources", 0.0, False, "")
-    unsafe = _unsafe_include(sources)
+    unsafe = unsafe_include(sources)
     if unsafe is not None:
         return Build("COMPILE_ERROR", None, unsafe, time.perf_counter() - t0, False, "")
     key = _key(sources, entry, arch, flags, _nvcc_version(tool))
@@ -201,7 +205,7 @@ def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, fla
     hit = _cached(entry_dir, key, t0)
     if hit is not None:
         return hit
-    with _locked(Path(cache) / key[:2] / f"{key}.lock"):
+    with locked(Path(cache) / key[:2] / f"{key}.lock"):
         hit = _cached(entry_dir, key, t0)  # built by whoever held the lock before us
         if hit is not None:
             return hit
@@ -262,8 +266,10 @@ def build_solution(solution: Any, cache: Path, *, arch: str, flags: Sequence[str
 
 
 def _is_cuda(solution: Any) -> bool:
-    lang = solution["spec"]["language"] if isinstance(solution, Mapping) else solution.spec.language
-    return bool(lang == "cuda")
+    """A raw CUDA kernel (torch extensions build through cpp_extension in the harness instead)."""
+    if isinstance(solution, Mapping):
+        return bool(solution["spec"]["language"] == "cuda" and solution["spec"].get("binding") != "torch")
+    return bool(solution.spec.language == "cuda" and solution.spec.binding != "torch")
 
 
 def prebuild(solutions: Sequence[Any], cache: Path, *, arch: str | None = None,

@@ -1,4 +1,5 @@
-"""A raw CUDA kernel Solution as the Python callable the harness calls like any entry point.
+"""A raw CUDA kernel Solution as the Python callable the harness calls like any entry point
+(and, for `binding: torch`, a torch extension's own function: runner/extension.py).
 
 build (runner/cubin.py, cached) -> load (runner/driver.py) -> a function taking the definition's
 inputs then its outputs, that reads the axis values off the tensors, evaluates the target's grid,
@@ -42,9 +43,16 @@ def _arch() -> str:
     return arch_for(*torch.cuda.get_device_capability()) if torch.cuda.is_available() else "sm_90a"
 
 
-def kernel_callable(solution: Mapping[str, Any], cache: Path) -> Callable[..., None]:
+def kernel_callable(solution: Mapping[str, Any], cache: Path) -> Callable[..., Any]:
     """Build and load a CUDA solution (its JSON form, as in the harness request)."""
     spec = solution["spec"]
+    if spec.get("binding") == "torch":  # the sources wrap the kernel themselves: a torch extension
+        from .extension import ExtensionError, extension_callable
+
+        try:
+            return extension_callable(solution, cache)[0]
+        except ExtensionError as e:
+            raise BuildFailure(e.status, e.log) from None
     if spec.get("launch") is None:
         raise BuildFailure("COMPILE_ERROR", "a cuda solution needs spec.launch (grid, block, args): raw kernels "
                            "are launched from the target's description; add `launch:` to the target in .kernelpro.yml")  # fmt: skip

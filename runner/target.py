@@ -79,6 +79,8 @@ class Target:
     """Python expression over axis names: bytes that must move per call (roofline)."""
     launch: Launch | None = None
     """How the harness calls a raw CUDA kernel (language 'cuda'); None otherwise."""
+    binding: str | None = None
+    """'torch' for a cuda target built as a torch extension (its sources define the wrapper)."""
 
     def workloads_for(self, device: str) -> tuple[Workload, ...]:
         return self.workloads if device == "cuda" or not self.cpu_workloads else self.cpu_workloads
@@ -96,6 +98,7 @@ class Target:
                 entry_point=self.entry_point,
                 destination_passing_style=self.destination_passing_style,
                 launch=self.launch,
+                binding=self.binding,
             ),
             sources=sources,
         )

@@ -387,3 +387,61 @@ def test_default_arch_asks_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Monkey
         smi.write_text(f"#!/bin/sh\nprintf '{out}'\n")
         smi.chmod(0o755)
         assert default_arch() == want, out
+
+
+EXT_CONFIG = """\
+version: 1
+targets:
+  - name: swiglu_ext
+    files: ["kernels/swiglu_ext.cpp"]
+    language: cuda
+    binding: torch
+    entry_point: kernels/swiglu_ext.cpp::swiglu
+    definition: definitions/swiglu.json
+    workloads: [{M: 4096}]
+    cpu_workloads: [{M: 1}]
+"""
+EXT_SOURCE = """\
+#include <torch/extension.h>
+#include "scale.h"
+torch::Tensor swiglu(torch::Tensor a, torch::Tensor b) { return a * torch::sigmoid(a) * b * kScale; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("swiglu", &swiglu, "silu(a) * b"); }
+"""
+
+
+def test_torch_extension_config_errors(repo: Path) -> None:
+    (repo / ".kernelpro.yml").write_text(EXT_CONFIG.replace("binding: torch", "binding: tvm-ffi"))
+    assert any("binding 'tvm-ffi' is not supported here" in e for e in errors(repo / ".kernelpro.yml"))
+    (repo / ".kernelpro.yml").write_text(EXT_CONFIG.replace("binding: torch", "binding: torch\n    launch: {grid: [1], block: [1], args: []}"))
+    assert any("'launch' is for raw kernels" in e for e in errors(repo / ".kernelpro.yml"))
+    (repo / ".kernelpro.yml").write_text(EXT_CONFIG.replace("language: cuda", "language: triton"))
+    assert any("binding 'torch' is not supported here" in e for e in errors(repo / ".kernelpro.yml"))
+
+
+@pytest.mark.slow
+def test_torch_extension_target_builds_once_and_runs_on_the_cpu(repo: Path, tmp_path: Path) -> None:
+    """A cuda target with `binding: torch` builds through torch.utils.cpp_extension into a build
+    directory keyed by its sources. On this CPU machine the extension is C++ only (torch here has no
+    CUDA); on the GPU tests/test_gpu.py builds a .cu one."""
+    import shutil as sh
+
+    if sh.which("ninja") is None and not __import__("torch.utils.cpp_extension").utils.cpp_extension.is_ninja_available():
+        pytest.skip("torch extensions need ninja")
+    (repo / "kernels" / "swiglu_ext.cpp").write_text(EXT_SOURCE)
+    (repo / "kernels" / "scale.h").write_text("#pragma once\nconstexpr float kScale = 1.0f;\n")
+    (repo / ".kernelpro.yml").write_text(EXT_CONFIG.replace('files: ["kernels/swiglu_ext.cpp"]',
+                                                            'files: ["kernels/swiglu_ext.cpp", "kernels/scale.h"]'))  # fmt: skip
+    target = load_config(repo / ".kernelpro.yml").target("swiglu_ext")
+    assert target.binding == "torch" and target.launch is None and target.destination_passing_style is False
+    sol = target.solution(repo)
+    assert sol.spec.binding == "torch" and [s.path for s in sol.sources] == ["kernels/swiglu_ext.cpp", "kernels/scale.h"]
+    es = EvalSettings(device="cpu", cache_dir=tmp_path / "shared", timeout_s=900)
+    first = evaluate(target.definition, sol, target.cpu_workloads, target.tolerance, es)
+    assert first.status == "PASSED", first.log[-2000:]
+    second = evaluate(target.definition, sol, target.cpu_workloads, target.tolerance, es)
+    assert second.status == "PASSED" and second.build_seconds < first.build_seconds / 3, (first.build_seconds, second.build_seconds)
+    assert len(list((cache_root(tmp_path / "shared") / "torch-ext").glob("*/*/.built"))) == 1
+    # A changed header is a new build; a broken one is a COMPILE_ERROR with the compiler's words.
+    broken = Solution("b", sol.definition, "t", sol.spec, (sol.sources[0], SourceFile("kernels/scale.h", "constexpr float kScale = ;\n")))
+    bad = evaluate(target.definition, broken, target.cpu_workloads, target.tolerance, es)
+    assert bad.status == "COMPILE_ERROR" and "scale.h" in bad.log and "error" in bad.log, bad.log[-1500:]

@@ -297,3 +297,47 @@ def test_cuda_scalar_arguments_and_large_dynamic_shared_memory(tmp_path):
                                "uuid": f"m{m}"}) for m in (7, 64)]  # fmt: skip
     o = evaluate(d, sol, wls, Tolerance(), EvalSettings(device="cuda", cache_dir=tmp_path / "cache"))
     assert o.status == "PASSED", o.log[-1500:]
+
+
+SWIGLU_EXT = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#define BLOCK_SIZE 256
+
+__global__ void swiglu_k(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) { float x = a[i]; out[i] = x / (1.0f + expf(-x)) * b[i]; }
+}
+
+torch::Tensor swiglu(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    long long n = a.numel();
+    swiglu_k<<<(n + BLOCK_SIZE - 1) / BLOCK_SIZE, BLOCK_SIZE, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("swiglu", &swiglu, "silu(a) * b"); }
+"""
+
+
+def test_cuda_torch_extension_target_on_the_gpu(tmp_path):
+    """`binding: torch`: a .cu with its own pybind11 wrapper, built once by cpp_extension (MAX_JOBS =
+    cores, this GPU's arch only) into a content-keyed directory; the second evaluation only imports it."""
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit1" / "definitions" / "swiglu.json")
+    sol = Solution("ext", d.name, "test", BuildSpec("cuda", ("cuda",), "ext/swiglu.cu::swiglu",
+                   destination_passing_style=False, binding="torch"), (SourceFile("ext/swiglu.cu", SWIGLU_EXT),))  # fmt: skip
+    es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache", timeout_s=600)
+    w = [Workload.make(d, {"M": 1024})]
+    first = evaluate(d, sol, w, Tolerance(), es)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "torch_ext_build.txt").write_text(
+        f"{first.status} build {first.build_seconds:.1f} s wall {first.wall_seconds:.1f} s\n{first.log[-3000:]}\n")
+    assert first.status == "PASSED", first.log[-3000:]
+    second = evaluate(d, sol, w, Tolerance(), es)
+    assert second.status == "PASSED" and second.build_seconds < first.build_seconds / 3, (first.build_seconds, second.build_seconds)
