@@ -77,7 +77,7 @@ def _build(solution: Mapping[str, Any], root: Path) -> Callable[..., Any]:
         p = src_root / PurePosixPath(f["path"])
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f["content"])
-    if solution["spec"]["language"] == "cuda":  # a raw kernel: nvcc cubin + driver launch, no Python entry point
+    if solution["spec"]["language"] == "cuda":  # raw kernel (cubin + driver launch) or torch extension
         from kernelpro.runner.cuda import BuildFailure, kernel_callable, shared_cache
 
         try:
