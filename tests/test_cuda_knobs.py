@@ -198,3 +198,12 @@ def test_the_tuner_adds_launch_bounds_for_register_pressure(cuda_target: tuple[T
     first = Tuner().propose(parent, "optimize", 1, ctx)[0]
     assert first.note == "min_blocks:swiglu_kernel 0->1"
     assert "__launch_bounds__(BLOCK_SIZE, 1) swiglu_kernel(" in first.solution.sources[0].content
+
+
+def test_scanning_hostile_text_stays_fast() -> None:
+    import time
+
+    src = "__launch_bounds__(256) " + "word " * 5000 + ";\n" + "#pragma unroll " + "9" * 50 + "x\n" + "/*" * 1000
+    t0 = time.perf_counter()
+    find_knobs(src, "k", ("T",))
+    assert time.perf_counter() - t0 < 2.0

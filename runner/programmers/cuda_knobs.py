@@ -134,7 +134,8 @@ class _Site:
     """For 'bounds' and 'insert': the max-threads argument (as written, or the launch's block)."""
 
 
-_NAME_AFTER_BOUNDS = re.compile(r"(?:\s*[A-Za-z_]\w*)*?\s*(?P<name>[A-Za-z_]\w*)\s*\(")
+# Whole identifiers only (\b), so a long run of words without '(' fails in linear time.
+_NAME_AFTER_BOUNDS = re.compile(r"(?:\s*[A-Za-z_]\w*\b)*?\s*(?P<name>[A-Za-z_]\w*)\s*\(")
 
 
 def _threads_expr(block: tuple[str, ...] | None) -> str | None:
@@ -185,7 +186,7 @@ def _scan(source: str, kernel: str | None = None, block: tuple[str, ...] | None 
         if depth or len(commas) > 1:
             continue
         inner_start, inner_end = m.end(), j - 1
-        after = _NAME_AFTER_BOUNDS.match(masked, j)
+        after = _NAME_AFTER_BOUNDS.match(masked[j : j + 512])
         label = f"min_blocks:{after['name']}" if after else f"min_blocks#{i}"
         if after:
             bounded.add(after["name"])
