@@ -8,6 +8,7 @@ is a distinct source. Measured:
 * cold build: each variant alone into an empty cache (nvcc -cubin for sm_90a): median and p90,
   target <= 3 s median on the H200's runner;
 * cache hit: the same variants again (nothing is compiled);
+* NVRTC, when libnvrtc is found: the same variants compiled in-process (what a child uses without nvcc);
 * pool throughput: all single-knob variants at once on every CPU core (builds per minute);
 * on a GPU only: the full evaluation of a CUDA candidate (sandboxed child: build + 5-trial verify
   + timing on the example's workloads), median wall time, target <= 6 s.
@@ -86,6 +87,16 @@ def main() -> None:
             assert b.cached
             hits.append(b.seconds)
 
+        from kernelpro.runner.nvrtc import find_nvrtc
+
+        nvrtc = []
+        if find_nvrtc() is not None:  # the in-process alternative a child uses when nvcc is missing
+            for s in sample:
+                b = build({f.path: f.content for f in s.sources}, s.entry_file, Path(tmp) / "nvrtc", arch=arch,
+                          compiler="nvrtc")  # fmt: skip
+                assert b.ok and not b.cached, (s.name, b.log[-500:])
+                nvrtc.append(b.seconds)
+
         pool_set = variants[: args.pool_variants] if args.pool_variants else variants
         t0 = time.perf_counter()
         built = prebuild(pool_set, Path(tmp) / "pool", arch=arch, workers=args.workers)
@@ -97,6 +108,7 @@ def main() -> None:
             "cold_median_s": statistics.median(cold), "cold_p90_s": _pct(cold, 0.9), "cold_all_s": cold,
             "hit_median_s": statistics.median(hits), "pool_builds": len(pool_set), "pool_wall_s": pool_wall,
             "pool_builds_per_min": 60 * len(pool_set) / pool_wall,
+            "nvrtc_median_s": statistics.median(nvrtc) if nvrtc else None,
         }  # fmt: skip
 
         gpu = False
@@ -136,6 +148,8 @@ def main() -> None:
     print(f"| cold build, median of {len(sample)} variants | {result['cold_median_s']:.2f} s | <= 3 s |")
     print(f"| cold build, p90 | {result['cold_p90_s']:.2f} s | |")
     print(f"| cache hit, median | {result['hit_median_s'] * 1000:.1f} ms | |")
+    if nvrtc:
+        print(f"| NVRTC (in-process) cold build, median | {result['nvrtc_median_s']:.2f} s | |")
     print(f"| pool: {len(pool_set)} builds on {args.workers} workers | {result['pool_builds_per_min']:.0f} builds/min "
           f"({pool_wall:.1f} s) | |")  # fmt: skip
     if "eval_median_s" in result:

@@ -185,13 +185,21 @@ def _cached(entry_dir: Path, key: str, t0: float) -> Build | None:
 
 
 def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, flags: Sequence[str] = DEFAULT_FLAGS,
-          nvcc: str | None = None, timeout_s: float = 300.0) -> Build:  # fmt: skip
+          nvcc: str | None = None, timeout_s: float = 300.0, compiler: str = "nvcc") -> Build:  # fmt: skip
     """Compile ``entry`` (a path in ``sources``) to a cubin for ``arch`` (e.g. 'sm_90a'), or return
-    the cached result of an identical earlier build."""
+    the cached result of an identical earlier build. ``compiler``: 'nvcc' (a subprocess), 'nvrtc'
+    (in this process: only inside a sandboxed child) or 'auto' (nvcc, else NVRTC)."""
     t0 = time.perf_counter()
-    tool = nvcc or find_nvcc()
+    tool = (nvcc or find_nvcc()) if compiler in ("nvcc", "auto") else None
+    if tool is None and compiler in ("nvrtc", "auto"):
+        from .nvrtc import NVRTC_FLAGS, find_nvrtc, nvrtc_version
+
+        lib = find_nvrtc()
+        if lib is not None:
+            tool, flags = f"nvrtc:{lib}", NVRTC_FLAGS
     if tool is None:
-        return Build("COMPILE_ERROR", None, "nvcc not found: install the CUDA toolkit (nvcc) or set CUDA_HOME",
+        return Build("COMPILE_ERROR", None, "nvcc not found: install the CUDA toolkit (nvcc) or set CUDA_HOME"
+                     + (", or install NVRTC (the nvidia-cuda-nvrtc wheel)" if compiler != "nvcc" else ""),
                      time.perf_counter() - t0, False, "")  # fmt: skip
     if not re.fullmatch(r"sm_[0-9]+[af]?", arch):
         raise ValueError(f"architecture {arch!r} is not like sm_90a")
@@ -200,7 +208,8 @@ def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, fla
     unsafe = unsafe_include(sources)
     if unsafe is not None:
         return Build("COMPILE_ERROR", None, unsafe, time.perf_counter() - t0, False, "")
-    key = _key(sources, entry, arch, flags, _nvcc_version(tool))
+    version = nvrtc_version(tool.removeprefix("nvrtc:")) if tool.startswith("nvrtc:") else _nvcc_version(tool)
+    key = _key(sources, entry, arch, flags, version)
     entry_dir = Path(cache) / key[:2] / key
     hit = _cached(entry_dir, key, t0)
     if hit is not None:
@@ -223,6 +232,17 @@ def _compile(sources: Mapping[str, str], entry: str, entry_dir: Path, arch: str,
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
         out = work / CUBIN_NAME
+        if tool.startswith("nvrtc:"):
+            from .nvrtc import compile_cubin
+
+            image, log, source_fault = compile_cubin(tool.removeprefix("nvrtc:"), sources[entry], entry, arch,
+                                                     [(src / PurePosixPath(entry)).parent, src, *_toolkit_includes()],
+                                                     flags)  # fmt: skip
+            if image is None and not source_fault:  # NVRTC itself failed: not cached, not the source's fault
+                return Build("COMPILE_ERROR", None, log[-_LOG_TAIL:], time.perf_counter() - t0, False, key)
+            if image is not None:
+                out.write_bytes(image)
+            return _store(entry_dir, work, out, image is not None, log, ["nvrtc", *flags], key, t0)
         number = arch.removeprefix("sm_")
         cmd = [tool, "-cubin", f"-gencode=arch=compute_{number},code=sm_{number}", *flags,
                "-I", str((src / PurePosixPath(entry)).parent), "-I", str(src), "-o", str(out), str(src / entry)]  # fmt: skip
@@ -234,20 +254,33 @@ def _compile(sources: Mapping[str, str], entry: str, entry_dir: Path, arch: str,
             return Build("COMPILE_ERROR", None, f"nvcc did not finish within {timeout_s:.0f} s",
                          time.perf_counter() - t0, False, key)  # fmt: skip
         log = (p.stdout + p.stderr).replace(str(src) + "/", "")
-        log = log if len(log) <= _LOG_TAIL else "...\n" + log[-_LOG_TAIL:]
-        ok = p.returncode == 0 and out.is_file()
         if p.returncode < 0:  # killed by a signal (out of memory, say): not the source's fault
-            return Build("COMPILE_ERROR", None, f"nvcc was killed (signal {-p.returncode})\n{log}",
+            return Build("COMPILE_ERROR", None, f"nvcc was killed (signal {-p.returncode})\n{log[-_LOG_TAIL:]}",
                          time.perf_counter() - t0, False, key)  # fmt: skip
-        staged = work / "entry"
-        staged.mkdir()
-        if ok:
-            out.replace(staged / CUBIN_NAME)
-        (staged / "build.json").write_text(json.dumps({"status": "OK" if ok else "COMPILE_ERROR", "log": log,
-                                                      "command": cmd[1:-1], "seconds": time.perf_counter() - t0}))  # fmt: skip
-        if entry_dir.exists():  # a stale, incomplete entry (a killed build); ours replaces it
-            shutil.rmtree(entry_dir, ignore_errors=True)
-        staged.replace(entry_dir)
+        return _store(entry_dir, work, out, p.returncode == 0 and out.is_file(), log, cmd[1:-1], key, t0)
+
+
+def _toolkit_includes() -> list[Path]:
+    """The toolkit's headers (cuda_fp16.h, ...) for NVRTC, when a toolkit is installed."""
+    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    return [Path(h) / "include" for h in homes if h and (Path(h) / "include" / "cuda_fp16.h").is_file()][:1]
+
+
+def _store(entry_dir: Path, work: Path, out: Path, ok: bool, log: str, command: list[str], key: str,
+           t0: float) -> Build:  # fmt: skip
+    """Move a finished build (success or compile error) into the cache, atomically."""
+    src = work / "src"
+    log = log.replace(str(src) + "/", "")
+    log = log if len(log) <= _LOG_TAIL else "...\n" + log[-_LOG_TAIL:]
+    staged = work / "entry"
+    staged.mkdir()
+    if ok:
+        out.replace(staged / CUBIN_NAME)
+    (staged / "build.json").write_text(json.dumps({"status": "OK" if ok else "COMPILE_ERROR", "log": log,
+                                                  "command": command, "seconds": time.perf_counter() - t0}))  # fmt: skip
+    if entry_dir.exists():  # a stale, incomplete entry (a killed build); ours replaces it
+        shutil.rmtree(entry_dir, ignore_errors=True)
+    staged.replace(entry_dir)
     return Build("OK" if ok else "COMPILE_ERROR", entry_dir / CUBIN_NAME if ok else None, log,
                  time.perf_counter() - t0, False, key)  # fmt: skip
 

@@ -69,7 +69,7 @@ def kernel_callable(solution: Mapping[str, Any], cache: Path) -> Callable[..., A
         raise BuildFailure("COMPILE_ERROR", f"the launch uses {', '.join(missing)}, but no source defines "
                            f"{'it' if len(missing) == 1 else 'them'} as an integer constant "
                            f"(#define {missing[0]} 256, or constexpr int {missing[0]} = 256;)")  # fmt: skip
-    result = build(sources, entry, cache, arch=_arch())
+    result = build(sources, entry, cache, arch=_arch(), compiler="auto")  # NVRTC where nvcc is missing
     if not result.ok or result.cubin is None:
         raise BuildFailure("COMPILE_ERROR", result.log)
     import torch

@@ -445,3 +445,30 @@ def test_torch_extension_target_builds_once_and_runs_on_the_cpu(repo: Path, tmp_
     broken = Solution("b", sol.definition, "t", sol.spec, (sol.sources[0], SourceFile("kernels/scale.h", "constexpr float kScale = ;\n")))
     bad = evaluate(target.definition, broken, target.cpu_workloads, target.tolerance, es)
     assert bad.status == "COMPILE_ERROR" and "scale.h" in bad.log and "error" in bad.log, bad.log[-1500:]
+
+
+def _nvrtc() -> str | None:
+    from kernelpro.runner.nvrtc import find_nvrtc
+
+    return find_nvrtc()
+
+
+@pytest.mark.skipif(_nvrtc() is None, reason="needs libnvrtc (a CUDA toolkit or the nvidia-cuda-nvrtc wheel)")
+def test_nvrtc_builds_cubins_into_the_same_cache(tmp_path: Path) -> None:
+    from kernelpro.runner.profile.sass import find_cuobjdump, sass_stats
+
+    inc = '#include "tile.cuh"\n' + KERNEL.replace("#define VEC 1 ", "#define VEC TILE_VEC ")
+    sources = {"k/k.cu": inc, "k/tile.cuh": "#pragma once\n#define TILE_VEC 4\n"}
+    b = build(sources, "k/k.cu", tmp_path, arch="sm_90a", compiler="nvrtc")
+    assert b.ok and b.cubin is not None and b.cubin.read_bytes()[:4] == b"\x7fELF", b.log
+    again = build(sources, "k/k.cu", tmp_path, arch="sm_90a", compiler="nvrtc")
+    assert again.cached and again.key == b.key
+    if find_nvcc() is not None:  # the compiler is part of the key: an nvcc build is another entry
+        assert build(sources, "k/k.cu", tmp_path, arch="sm_90a").key != b.key
+    if find_cuobjdump() is not None:
+        stats = sass_stats(b.cubin)
+        assert "swiglu_kernel" in stats.functions and stats.global_load_bits.get(128, 0) > 0
+    bad = build({"k.cu": KERNEL.replace("expf(-a)", "expff(-a)")}, "k.cu", tmp_path, arch="sm_90a", compiler="nvrtc")
+    assert bad.status == "COMPILE_ERROR" and "expff" in bad.log
+    with pytest.raises(ValueError, match="not like sm_90a"):
+        build(sources, "k/k.cu", tmp_path, arch="compute_90a", compiler="nvrtc")
