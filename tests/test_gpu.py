@@ -341,3 +341,39 @@ def test_cuda_torch_extension_target_on_the_gpu(tmp_path):
     assert first.status == "PASSED", first.log[-3000:]
     second = evaluate(d, sol, w, Tolerance(), es)
     assert second.status == "PASSED" and second.build_seconds < first.build_seconds / 3, (first.build_seconds, second.build_seconds)
+
+
+def test_cuda_launcher_in_process_with_nvcc_and_nvrtc_cubins(tmp_path):
+    """The launcher on real tensors without the harness: both compilers' cubins load, run on torch's
+    current stream (a side stream included) and match the reference."""
+    import torch
+
+    from kernelpro.runner.config import load_config
+    from kernelpro.runner.cubin import build
+    from kernelpro.runner.cuda import _launcher
+    from kernelpro.runner.driver import load_kernel
+    from kernelpro.runner.launch import source_constants
+    from kernelpro.runner.nvrtc import find_nvrtc
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "cuda"
+    launch = load_config(root / "commit1" / ".kernelpro.yml").target("swiglu_cuda").launch
+    src = (root / "commit2" / "kernels" / "swiglu.cu").read_text().replace("#define VEC 1 ", "#define VEC 4 ")
+    compilers = ["nvcc"] + (["nvrtc"] if find_nvrtc() else [])
+    a, b = torch.randn(1000, 4096, device="cuda"), torch.randn(1000, 4096, device="cuda")
+    want = torch.nn.functional.silu(a) * b
+    for compiler in compilers:
+        built = build({"k.cu": src}, "k.cu", tmp_path, arch="sm_90a", compiler=compiler)
+        assert built.ok and built.cubin is not None, (compiler, built.log)
+        call = _launcher(launch, load_kernel(built.cubin, "swiglu_kernel", torch.cuda.current_device()),
+                         source_constants({"k.cu": src}))  # fmt: skip
+        out = torch.full_like(a, float("nan"))
+        call(a, b, out)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        side = torch.cuda.Stream()
+        out2 = torch.full_like(a, float("nan"))
+        with torch.cuda.stream(side):
+            call(a, b, out2)
+        side.synchronize()
+        torch.testing.assert_close(out2, want, atol=1e-5, rtol=1e-5)
+    assert compilers == ["nvcc", "nvrtc"], "libnvrtc not found on the GPU machine: the NVRTC path was not exercised"
