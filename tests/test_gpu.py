@@ -372,6 +372,7 @@ def test_cuda_launcher_in_process_with_nvcc_and_nvrtc_cubins(tmp_path):
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
         side = torch.cuda.Stream()
         out2 = torch.full_like(a, float("nan"))
+        side.wait_stream(torch.cuda.current_stream())  # the NaN fill above runs on the default stream
         with torch.cuda.stream(side):
             call(a, b, out2)
         side.synchronize()
