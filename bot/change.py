@@ -559,9 +559,27 @@ def config_snippet(kernels: list[Kernel]) -> str:
             f"    # {k.path} line {k.line}: changes to these files select this target.",
             "    files:",
             f"      - {_scalar(k.path)}",
-            "    # FILL_ME: the Python function the harness calls; it takes the inputs below and",
-            "    # launches the kernel (for CUDA: through a torch extension or binding).",
-            f"    entry_point: {_scalar(k.path + '::WRAPPER_FUNCTION')}",
+        ]
+        if k.language == "cuda":
+            out += [
+                "    # A raw kernel: kernelpro compiles the .cu and launches the kernel as described here.",
+                "    # (If the file wraps it in PYBIND11_MODULE/TORCH_LIBRARY, write `binding: torch` instead",
+                "    # of launch, and name the bound function in entry_point.)",
+                f"    entry_point: {_scalar(k.path + '::' + k.name)}",
+                "    launch:  # integer expressions over the axes and the .cu's #define constants",
+                '      grid: ["cdiv(N, 256)"]',
+                "      block: [256]",
+                "      # FILL_ME: the kernel's parameters in order, as in its signature; a name that is an",
+                "      # input/output gets its device pointer, an axis its value, anything else `= expr`.",
+                '      args: ["FILL_ME const float* x", "float* y", "int n = N"]',
+            ]
+        else:
+            out += [
+                "    # FILL_ME: the Python function the harness calls; it takes the inputs below and",
+                "    # launches the kernel.",
+                f"    entry_point: {_scalar(k.path + '::WRAPPER_FUNCTION')}",
+            ]
+        out += [
             "    definition:",
             f"      name: {_scalar(name)}",
             "      op_type: FILL_ME  # e.g. elementwise, reduction, rmsnorm, gemm, attention",

@@ -156,6 +156,10 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                 print(f"{target.name}: skipped, {', '.join(missing)} not in the head commit (deleted or renamed?); "
                       "update its sources in .kernelpro.yml")  # fmt: skip
                 continue
+            if target.language == "cuda" and device != "cuda":
+                print(f"{target.name}: skipped, CUDA targets need an NVIDIA GPU (this run is on the CPU); run on a "
+                      "GPU machine, or set KERNELPRO_DEVICE=cuda there")  # fmt: skip
+                continue
             t_out = out / target.name
             base_solution = None
             if all((co.base / f).exists() for f in target.files):
@@ -276,16 +280,18 @@ def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
 # --------------------------------------------------------------------------- demo
 
 
-def make_demo_repo(dest: Path) -> Path:
-    """The bundled example as a real git repository: commit 1 the configuration, commit 2 the kernel."""
+def make_demo_repo(dest: Path, example: str = "demo") -> Path:
+    """A bundled example (examples/demo: Triton, examples/cuda: a raw CUDA kernel) as a real git
+    repository: commit 1 the configuration, commit 2 the kernel."""
     import git
 
-    root = resources.files("kernelpro.examples") / "demo"
+    root = resources.files("kernelpro.examples") / example
+    kernel = "a CUDA SwiGLU kernel" if example == "cuda" else "a Triton SwiGLU kernel"
     repo = git.Repo.init(dest, initial_branch="main")
     with repo.config_writer() as cw:
         cw.set_value("user", "name", "kernelpro demo")
         cw.set_value("user", "email", "demo@kernelpro.invalid")
-    for step, message in (("commit1", "Add kernelpro configuration"), ("commit2", "Add a Triton SwiGLU kernel")):
+    for step, message in (("commit1", "Add kernelpro configuration"), ("commit2", f"Add {kernel}")):
         src = Path(str(root / step))
         shutil.copytree(src, dest, dirs_exist_ok=True)
         repo.git.add(A=True)

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
+from .launch import Launch, parse_launch
 from .target import Budget, Target, Tolerance
 from .trace import Definition, FormatError, Workload, load_json, load_workloads
 
@@ -30,7 +31,8 @@ CONFIG_LANGUAGES = ("triton", "cuda", "python")
 TOP_KEYS = ("version", "targets", "tools")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
-    "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes",
+    "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
+    "binding",
 )  # fmt: skip
 REQUIRED_TARGET_KEYS = ("name", "files", "language", "entry_point", "definition", "workloads")
 DEFINITION_KEYS = ("name", "op_type", "axes", "inputs", "outputs", "reference", "tags",
@@ -404,6 +406,40 @@ class _Parser:
                 wls = self.workloads(*a, defn)
                 if wls is not None:
                     f[key] = tuple(wls)
+        binding = None
+        if a := at("binding"):
+            binding = self.value(a[0])
+            if binding != "torch" or f.get("language") != "cuda":
+                self.err(a[0], a[1], f"binding {binding!r} is not supported here; `binding: torch` is for a cuda "
+                         "target whose sources bind their function with PYBIND11_MODULE or TORCH_LIBRARY",
+                         "write binding: torch with language: cuda, or remove binding")  # fmt: skip
+            elif "launch" in m:
+                self.err(a[0], a[1], "a torch-extension target calls its own wrapper; 'launch' is for raw kernels",
+                         "keep either binding: torch or launch")  # fmt: skip
+            else:
+                f["binding"] = binding
+        if a := at("launch"):
+            if (launch := self.launch(*a, defn, f.get("entry_point"), f.get("language"))) is not None:
+                f["launch"] = launch
+        elif f.get("language") == "cuda" and binding is None:
+            self.err(node, where, "a cuda target needs 'launch': how to call its kernel",
+                     'add launch: {grid: ["cdiv(M * N, BLOCK_SIZE)"], block: [BLOCK_SIZE], '
+                     'args: ["const float* x", "float* y", "int n = M * N"]}, or binding: torch when the '
+                     "sources wrap the kernel in a torch extension")  # fmt: skip
+        if f.get("language") == "cuda" and "binding" in f:
+            if entry_file is not None and not entry_file.endswith((".cu", ".cpp", ".cc", ".cxx")):
+                self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu or .cpp file",
+                         "write entry_point: path/to/ext.cu::function (the name PYBIND11_MODULE defines, or "
+                         "namespace.op for TORCH_LIBRARY)")  # fmt: skip
+        elif f.get("language") == "cuda":
+            if f.get("destination_passing_style") is False:
+                self.err(m["destination_passing_style"][1], f"{where}.destination_passing_style",
+                         "a raw CUDA kernel writes its outputs through pointers the harness allocates",
+                         "remove destination_passing_style (it is always true for cuda targets)")  # fmt: skip
+            f["destination_passing_style"] = True
+            if entry_file is not None and not entry_file.endswith((".cu", ".cuh")):
+                self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu file",
+                         "write entry_point: path/to/kernel.cu::kernel_symbol (the extern \"C\" __global__ name)")  # fmt: skip
         if a := at("tolerances"):
             tm = self.mapping(
                 a[0], a[1], TOLERANCE_KEYS, what="a mapping like {atol: 1.0e-5, rtol: 1.0e-5}"
@@ -439,6 +475,32 @@ class _Parser:
                                                                      "language", "definition", "workloads")):  # fmt: skip
             return None
         return Target(**f)
+
+    def launch(self, node: yaml.Node, where: str, defn: Definition | None, entry_point: str | None,
+               language: str | None) -> Launch | None:  # fmt: skip
+        if language is not None and language != "cuda":
+            self.err(node, where, f"'launch' describes how to call a raw CUDA kernel, but language is {language}",
+                     "remove launch, or set language: cuda")  # fmt: skip
+            return None
+        if defn is None or entry_point is None:
+            return None
+        tensors = {**defn.inputs, **defn.outputs}
+        launch, problems = parse_launch(
+            self.value(node), entry_point.split("::")[1], list(defn.inputs), list(defn.outputs),
+            {n: t.shape for n, t in tensors.items()}, {n: t.dtype for n, t in tensors.items()},
+            {n: int(a.value) for n, a in defn.axes.items() if a.type == "const" and a.value is not None},
+        )  # fmt: skip
+        for p in problems:
+            sub, path = node, where
+            for step in p.where:
+                if isinstance(step, int) and isinstance(sub, yaml.SequenceNode) and step < len(sub.value):
+                    sub, path = sub.value[step], f"{path}[{step}]"
+                elif isinstance(step, str) and isinstance(sub, yaml.MappingNode) and step in (pm := self.pairs(sub)):
+                    sub, path = pm[step][1], f"{path}.{step}"
+                else:
+                    path = f"{path}.{step}" if isinstance(step, str) else f"{path}[{step}]"
+            self.err(sub, path, p.what, p.fix)
+        return launch
 
     def _locate(self, node: yaml.Node, msg: str) -> yaml.Node:
         """Best guess at the node of an inline definition that a FormatError message names."""

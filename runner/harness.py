@@ -77,6 +77,13 @@ def _build(solution: Mapping[str, Any], root: Path) -> Callable[..., Any]:
         p = src_root / PurePosixPath(f["path"])
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f["content"])
+    if solution["spec"]["language"] == "cuda":  # raw kernel (cubin + driver launch) or torch extension
+        from kernelpro.runner.cuda import BuildFailure, kernel_callable, shared_cache
+
+        try:
+            return kernel_callable(solution, shared_cache(root / "cubins"))
+        except BuildFailure as e:
+            raise CandidateError(e.status, _tail(e.log)) from None
     entry_file, symbol = solution["spec"]["entry_point"].split("::")
     sys.path.insert(0, str(src_root))
     module_name = PurePosixPath(entry_file).with_suffix("").as_posix().replace("/", ".")

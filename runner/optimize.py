@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .candidate import Candidate
+from .cubin import BuildPool, cache_root
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import SearchMemory
@@ -312,6 +313,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
                       tools=tools)  # fmt: skip
 
     halted: list[str] = []
+    # CUDA candidates compile on every CPU core while the GPU measures the first of the batch.
+    builds = BuildPool(cache_root(es.cache_dir)) if target.language == "cuda" and es.cache_dir is not None else None
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
         # Nothing could be evaluated: asking would only spend a model call.
@@ -319,14 +322,21 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             return []
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
-            return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
-                                                               profile=prof, memory=memory.render()))  # fmt: skip
+            cands = programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
+                                                                profile=prof, memory=memory.render()))  # fmt: skip
+            if builds is not None:
+                builds.submit([c.solution for c in cands if journal.get(c.key) is None])
+            return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             halted.append(str(e))
             return []
 
-    get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step)
+    try:
+        get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step)
+    finally:
+        if builds is not None:
+            builds.close()
     if halted:
         stop = f"the programmer failed: {halted[0]}"
     elif len(evaluated) < budget and time.perf_counter() <= deadline:

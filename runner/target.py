@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .launch import Launch
 from .trace import BuildSpec, Definition, Solution, SourceFile, Workload
 
 # Defaults per output dtype: (atol, rtol). Wider for low-precision types, where legitimate
@@ -76,6 +77,10 @@ class Target:
     """Python expression over axis names: floating-point operations per call (roofline)."""
     bytes: str | None = None
     """Python expression over axis names: bytes that must move per call (roofline)."""
+    launch: Launch | None = None
+    """How the harness calls a raw CUDA kernel (language 'cuda'); None otherwise."""
+    binding: str | None = None
+    """'torch' for a cuda target built as a torch extension (its sources define the wrapper)."""
 
     def workloads_for(self, device: str) -> tuple[Workload, ...]:
         return self.workloads if device == "cuda" or not self.cpu_workloads else self.cpu_workloads
@@ -92,6 +97,8 @@ class Target:
                 target_hardware=("cuda",),
                 entry_point=self.entry_point,
                 destination_passing_style=self.destination_passing_style,
+                launch=self.launch,
+                binding=self.binding,
             ),
             sources=sources,
         )

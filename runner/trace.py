@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .launch import Launch, LaunchError
+
 DTYPES = (
     "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
     "int64", "int32", "int16", "int8", "bool",
@@ -318,6 +320,9 @@ class BuildSpec:
     """True: outputs are passed as trailing arguments; False: the function returns them."""
     binding: str | None = None
     """'tvm-ffi' or 'torch' for C++/CUDA; None otherwise."""
+    launch: Launch | None = None
+    """How to launch a raw CUDA kernel (kernelpro's extension, from the target's `launch`; written as
+    spec.launch, a key flashinfer-bench ignores). None for every other language."""
 
     def __post_init__(self) -> None:
         _need(self.language in LANGUAGES, f"spec.language {self.language!r} is not one of {LANGUAGES}")
@@ -334,7 +339,19 @@ class BuildSpec:
         }
         if self.binding is not None:
             d["binding"] = self.binding
+        if self.launch is not None:
+            d["launch"] = self.launch.to_json()
         return d
+
+
+def _launch(d: Any) -> Launch | None:
+    if d is None:
+        return None
+    _need(isinstance(d, Mapping), "solution.spec.launch must be an object (grid, block, args, ...)")
+    try:
+        return Launch.from_json(d)
+    except LaunchError as e:
+        raise FormatError(f"solution.spec.launch: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -377,6 +394,7 @@ class Solution:
         h = hashlib.sha256()
         for part in (self.spec.language, self.spec.entry_point, str(self.spec.destination_passing_style),
                      self.spec.binding or "", *self.spec.dependencies,
+                     *([json.dumps(self.spec.launch.to_json(), sort_keys=True)] if self.spec.launch else []),
                      *(p for s in sorted(self.sources, key=lambda s: s.path) for p in (s.path, s.content))):  # fmt: skip
             h.update(part.encode())
             h.update(b"\0")
@@ -408,6 +426,7 @@ class Solution:
             dependencies=tuple(s.get("dependencies") or ()),
             destination_passing_style=bool(s.get("destination_passing_style", True)),
             binding=s.get("binding"),
+            launch=_launch(s.get("launch")),
         )
         sources = d["sources"]
         _need(isinstance(sources, list) and all(isinstance(f, Mapping) and isinstance(f.get("path"), str)

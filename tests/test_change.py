@@ -513,7 +513,10 @@ def test_config_snippet_parses_and_has_one_target_per_kernel() -> None:
     for t, k in zip(targets, kernels, strict=True):
         assert t["language"] == k.language
         assert t["files"] == [k.path]
-        assert t["entry_point"] == f"{k.path}::WRAPPER_FUNCTION"
+        if k.language == "cuda":  # a raw kernel: its own symbol, and how to launch it
+            assert t["entry_point"] == f"{k.path}::{k.name}" and set(t["launch"]) == {"grid", "block", "args"}
+        else:
+            assert t["entry_point"] == f"{k.path}::WRAPPER_FUNCTION" and "launch" not in t
         d = t["definition"]
         assert set(d) >= {"name", "op_type", "axes", "inputs", "outputs", "reference"}
         assert "def run(" in d["reference"]
@@ -531,6 +534,16 @@ def test_config_snippet_definition_is_valid_flashinfer_trace() -> None:
         exec(compile(d.reference, "reference", "exec"), ns)  # the placeholder fails closed
         with pytest.raises(NotImplementedError):
             ns["run"](None)
+
+
+def test_cuda_snippet_fails_closed_until_its_parameters_are_filled_in(tmp_path: Path) -> None:
+    from kernelpro.runner.config import ConfigError, load_config
+
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / ".kernelpro.yml").write_text(config_snippet([Kernel("csrc/relu.cu", "relu", "cuda", 3)]))
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / ".kernelpro.yml")
+    assert any("launch.args[0]" in m and "FILL_ME" in m for m in e.value.errors), e.value.errors
 
 
 def test_config_snippet_empty() -> None:

@@ -170,3 +170,215 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
     assert result["winner"]["params"]["tools_called"] == ["vectorization"]
     assert "reactive" in (out / "swiglu" / "report.md").read_text()
     fake.check()
+
+
+# --------------------------------------------------------------------------- CUDA targets
+
+
+def test_cuda_example_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch):
+    """examples/cuda end to end: a raw kernel with one warp per block and 32-bit loads; the tuner
+    moves its #define knobs (the launch follows them), the gate verifies the winner."""
+    from kernelpro.cli import make_demo_repo
+    from kernelpro.runner.cubin import cache_root
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    repo = make_demo_repo(tmp_path / "repo", "cuda")
+    out = tmp_path / "out"
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+               "--programmer", "tuner", "--budget", "12"])  # fmt: skip
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    target = summary["targets"][0]
+    for name in ("report.md", "result.json", "profiles.jsonl", "journal.jsonl"):
+        if (out / "swiglu_cuda" / name).exists():
+            _keep(out / "swiglu_cuda" / name)
+    assert target["device"] == "cuda"
+    winner = target["winner"]
+    assert winner is not None, target["stop_reason"]
+    assert winner["speedup"] >= winner["gamma"]
+    assert all(w["speedup"] >= winner["gamma"] for w in winner["workloads"])
+    patch = (out / "patch.diff").read_text()
+    assert patch.startswith("--- a/kernels/swiglu.cu") and "#define" in patch
+    # Every evaluation built from the content-addressed cache the loop's build pool fills.
+    cubins = list(cache_root(out / "swiglu_cuda" / ".triton-cache").glob("*/*/kernel.cubin"))
+    journal = [json.loads(x) for x in (out / "swiglu_cuda" / "journal.jsonl").read_text().splitlines() if x.strip()]
+    assert cubins and len(journal) >= 2
+    builds = [j["outcome"]["build_seconds"] for j in journal if j.get("outcome", {}).get("status") == "PASSED"]
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "cuda_build_seconds.json").write_text(json.dumps(builds))
+    # SASS of the CUDA candidates was found (their cubins live where the profiler looks).
+    profiles = [json.loads(x) for x in (out / "swiglu_cuda" / "profiles.jsonl").read_text().splitlines()]
+    assert profiles and not any("no cubin found" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
+
+
+def _cuda_solution(tmp_path: Path, name: str, source: str) -> Path:
+    from kernelpro.cli import make_demo_repo
+    from kernelpro.runner.config import load_config
+    from kernelpro.runner.trace import Solution, SourceFile
+
+    repo = tmp_path / "cuda-repo"
+    if not repo.exists():
+        make_demo_repo(repo, "cuda")
+    base = load_config(repo / ".kernelpro.yml").target("swiglu_cuda").solution(repo)
+    sol = Solution(name, base.definition, "test", base.spec, (SourceFile("kernels/swiglu.cu", source),))
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(sol.to_json()))
+    return p
+
+
+def test_cuda_candidate_statuses_on_the_gpu(tmp_path, monkeypatch):
+    """An out-of-bounds write is RUNTIME_ERROR in its own child; the next candidate runs on a healthy GPU."""
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    src = (Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit2" / "kernels" / "swiglu.cu").read_text()
+    wl = tmp_path / "w.jsonl"
+    wl.write_text(json.dumps({"axes": {"M": 256}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
+                              "uuid": "m256"}) + "\n")  # fmt: skip
+    definition = str(Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit1" / "definitions" / "swiglu.json")
+    cases = [
+        ("oob", src.replace("out[j] = swiglu(a[j], b[j]);", "out[j + (1LL << 40)] = swiglu(a[j], b[j]);")
+                   .replace("*reinterpret_cast<Vec<VEC>*>(out + i) = vo;", "*reinterpret_cast<Vec<VEC>*>(out + i + (1LL << 40)) = vo;"),
+         "RUNTIME_ERROR"),
+        ("good", src.replace("#define VEC 1 ", "#define VEC 4 ").replace("#define BLOCK_SIZE 32 ", "#define BLOCK_SIZE 256 "), "PASSED"),
+        ("wrong", src.replace("return a / (1.0f + expf(-a)) * b;", "return a * b;"), "INCORRECT_NUMERICAL"),
+        ("nocompile", src.replace("expf(-a)", "expff(-a)"), "COMPILE_ERROR"),
+        ("toobig", src.replace("#define BLOCK_SIZE 32 ", "#define BLOCK_SIZE 2048 "), "RUNTIME_ERROR"),
+        ("baseline", src, "PASSED"),
+    ]  # fmt: skip
+    out = tmp_path / "t.jsonl"
+    for name, source, want in cases:
+        before = len(out.read_text().splitlines()) if out.exists() else 0
+        rc = main(["evaluate", "--definition", definition, "--solution", str(_cuda_solution(tmp_path, name, source)),
+                   "--workloads", str(wl), "--out", str(out), "--timeout", "240"])  # fmt: skip
+        assert rc == 0
+        line = json.loads(out.read_text().splitlines()[before])
+        assert line["evaluation"]["status"] == want, (name, line["evaluation"]["log"][-800:])
+        if name == "oob":
+            assert "illegal" in line["evaluation"]["log"].lower() or "CUDA" in line["evaluation"]["log"]
+        if name == "toobig":
+            assert "cuLaunchKernel" in line["evaluation"]["log"], line["evaluation"]["log"][-800:]
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["evaluation"]["performance"]["latency_ms"] > 0
+
+
+SCALE_ROWS = r"""
+#define ROWS 4
+extern "C" __global__ void scale_rows(const float* __restrict__ x, float alpha, float* __restrict__ y, int M, int rows) {
+    extern __shared__ float tile[];
+    const int N = 4096;
+    const int row0 = blockIdx.x * rows;
+    for (int r = 0; r < rows && row0 + r < M; ++r)
+        for (int c = threadIdx.x; c < N; c += blockDim.x) tile[r * N + c] = x[(long long)(row0 + r) * N + c];
+    __syncthreads();
+    for (int r = 0; r < rows && row0 + r < M; ++r)
+        for (int c = threadIdx.x; c < N; c += blockDim.x) y[(long long)(row0 + r) * N + c] = alpha * tile[r * N + c];
+}
+"""
+
+
+def test_cuda_scalar_arguments_and_large_dynamic_shared_memory(tmp_path):
+    """64 KiB of dynamic shared memory (above the 48 KiB default: cuFuncSetAttribute), a scalar
+    float input, an axis and a computed int passed by value."""
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.launch import parse_launch
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Definition, Solution, SourceFile, Workload
+
+    d = Definition.from_json({
+        "name": "scale_rows", "op_type": "elementwise",
+        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 4096}},
+        "inputs": {"x": {"shape": ["M", "N"], "dtype": "float32"}, "alpha": {"shape": None, "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["M", "N"], "dtype": "float32"}},
+        "reference": "def run(x, alpha):\n    return x * alpha\n"})  # fmt: skip
+    launch, problems = parse_launch(
+        {"grid": ["cdiv(M, ROWS)"], "block": [256], "shared_mem": "ROWS * N * 4",
+         "args": ["const float* x", "float alpha", "float* y", "int M", "int rows = ROWS"]},
+        "scale_rows", ["x", "alpha"], ["y"], {"x": ("M", "N"), "alpha": None, "y": ("M", "N")},
+        {"x": "float32", "alpha": "float32", "y": "float32"}, {"N": 4096})  # fmt: skip
+    assert launch is not None, problems
+    sol = Solution("scale", d.name, "test", BuildSpec("cuda", ("cuda",), "k.cu::scale_rows", launch=launch),
+                   (SourceFile("k.cu", SCALE_ROWS),))  # fmt: skip
+    wls = [Workload.from_json({"axes": {"M": m}, "inputs": {"x": {"type": "random"}, "alpha": {"type": "scalar", "value": 0.5}},
+                               "uuid": f"m{m}"}) for m in (7, 64)]  # fmt: skip
+    o = evaluate(d, sol, wls, Tolerance(), EvalSettings(device="cuda", cache_dir=tmp_path / "cache"))
+    assert o.status == "PASSED", o.log[-1500:]
+
+
+SWIGLU_EXT = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#define BLOCK_SIZE 256
+
+__global__ void swiglu_k(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) { float x = a[i]; out[i] = x / (1.0f + expf(-x)) * b[i]; }
+}
+
+torch::Tensor swiglu(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    long long n = a.numel();
+    swiglu_k<<<(n + BLOCK_SIZE - 1) / BLOCK_SIZE, BLOCK_SIZE, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("swiglu", &swiglu, "silu(a) * b"); }
+"""
+
+
+def test_cuda_torch_extension_target_on_the_gpu(tmp_path):
+    """`binding: torch`: a .cu with its own pybind11 wrapper, built once by cpp_extension (MAX_JOBS =
+    cores, this GPU's arch only) into a content-keyed directory; the second evaluation only imports it."""
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit1" / "definitions" / "swiglu.json")
+    sol = Solution("ext", d.name, "test", BuildSpec("cuda", ("cuda",), "ext/swiglu.cu::swiglu",
+                   destination_passing_style=False, binding="torch"), (SourceFile("ext/swiglu.cu", SWIGLU_EXT),))  # fmt: skip
+    es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache", timeout_s=600)
+    w = [Workload.make(d, {"M": 1024})]
+    first = evaluate(d, sol, w, Tolerance(), es)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "torch_ext_build.txt").write_text(
+        f"{first.status} build {first.build_seconds:.1f} s wall {first.wall_seconds:.1f} s\n{first.log[-3000:]}\n")
+    assert first.status == "PASSED", first.log[-3000:]
+    second = evaluate(d, sol, w, Tolerance(), es)
+    assert second.status == "PASSED" and second.build_seconds < first.build_seconds / 3, (first.build_seconds, second.build_seconds)
+
+
+def test_cuda_launcher_in_process_with_nvcc_and_nvrtc_cubins(tmp_path):
+    """The launcher on real tensors without the harness: both compilers' cubins load, run on torch's
+    current stream (a side stream included) and match the reference."""
+    import torch
+
+    from kernelpro.runner.config import load_config
+    from kernelpro.runner.cubin import build
+    from kernelpro.runner.cuda import _launcher
+    from kernelpro.runner.driver import load_kernel
+    from kernelpro.runner.launch import source_constants
+    from kernelpro.runner.nvrtc import find_nvrtc
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "cuda"
+    launch = load_config(root / "commit1" / ".kernelpro.yml").target("swiglu_cuda").launch
+    src = (root / "commit2" / "kernels" / "swiglu.cu").read_text().replace("#define VEC 1 ", "#define VEC 4 ")
+    compilers = ["nvcc"] + (["nvrtc"] if find_nvrtc() else [])
+    a, b = torch.randn(1000, 4096, device="cuda"), torch.randn(1000, 4096, device="cuda")
+    want = torch.nn.functional.silu(a) * b
+    for compiler in compilers:
+        built = build({"k.cu": src}, "k.cu", tmp_path, arch="sm_90a", compiler=compiler)
+        assert built.ok and built.cubin is not None, (compiler, built.log)
+        call = _launcher(launch, load_kernel(built.cubin, "swiglu_kernel", torch.cuda.current_device()),
+                         source_constants({"k.cu": src}))  # fmt: skip
+        out = torch.full_like(a, float("nan"))
+        call(a, b, out)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        side = torch.cuda.Stream()
+        out2 = torch.full_like(a, float("nan"))
+        side.wait_stream(torch.cuda.current_stream())  # the NaN fill above runs on the default stream
+        with torch.cuda.stream(side):
+            call(a, b, out2)
+        side.synchronize()
+        torch.testing.assert_close(out2, want, atol=1e-5, rtol=1e-5)
+    assert compilers == ["nvcc", "nvrtc"], "libnvrtc not found on the GPU machine: the NVRTC path was not exercised"

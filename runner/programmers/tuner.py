@@ -1,4 +1,8 @@
-"""The deterministic programmer: moves a Triton kernel's launch parameters, one knob at a time.
+"""The deterministic programmer: moves a kernel's launch parameters, one knob at a time.
+
+Triton kernels: launch keywords and constexprs on the AST (knobs.py). Raw CUDA kernels: threads per
+block, vector width, work per thread, tile and unroll constants, `#pragma unroll` counts and
+`__launch_bounds__` minimum blocks in the source text (cuda_knobs.py).
 
 No network and no randomness beyond a seed derived from the parent: the same run proposes the same
 candidates, so a retry that resumes from the journal continues exactly where it stopped.
@@ -13,29 +17,36 @@ from dataclasses import dataclass
 from ..candidate import Candidate
 from ..search import Scored
 from ..trace import Solution, SourceFile
-from . import Context
+from . import Context, cuda_knobs
 from .knobs import Knob, KnobError, apply_knobs, find_knobs
 
 # Without findings: bigger tiles amortise per-program overhead first, then warps match the tile,
-# then pipelining.
-_KIND_ORDER = {"block": 0, "num_warps": 1, "num_stages": 2}
+# then pipelining. CUDA: threads per block first (occupancy, bytes in flight), then wider loads,
+# more work per thread, tiles, unrolling, and register caps last.
+_KIND_ORDER = {"block": 0, "num_warps": 1, "num_stages": 2,
+               "threads": 0, "vector": 1, "work": 2, "tile": 3, "unroll": 4, "min_blocks": 5}  # fmt: skip
 
 # A finding -> the launch-parameter moves that address it, most direct first: (knob kind, direction).
 # Scalar or uncoalesced loads and launch overhead want more work per program; register pressure and
 # spills want smaller tiles or more warps to spread them; shared-memory-limited occupancy wants
 # fewer pipeline stages; memory-latency stalls want deeper pipelining and more warps in flight.
+# CUDA kinds: scalar loads want a wider vector; launch overhead wants more work per thread; low
+# occupancy wants more threads per block or a register cap (__launch_bounds__ min blocks); spills
+# want a looser cap, less unrolling and smaller tiles; latency stalls want more independent work.
 FINDING_MOVES: dict[str, tuple[tuple[str, int], ...]] = {
-    "vectorization": (("block", +1), ("num_warps", -1)),
-    "memory_coalescing": (("block", +1),),
-    "launch_overhead": (("block", +1),),
-    "kernel_count_fusion": (("block", +1),),
-    "occupancy": (("num_warps", +1), ("block", -1), ("num_stages", -1)),
-    "high_register_usage": (("block", -1), ("num_warps", +1)),
-    "register_spills": (("block", -1), ("num_warps", +1), ("num_stages", -1)),
-    "shared_bank_conflicts": (("block", -1),),
-    "warp_stall": (("num_stages", +1), ("num_warps", +1)),
-    "barrier_stall": (("num_warps", -1),),
-}
+    "vectorization": (("block", +1), ("num_warps", -1), ("vector", +1)),
+    "memory_coalescing": (("block", +1), ("threads", +1)),
+    "launch_overhead": (("block", +1), ("work", +1), ("threads", +1)),
+    "kernel_count_fusion": (("block", +1), ("work", +1)),
+    "occupancy": (("num_warps", +1), ("block", -1), ("num_stages", -1), ("threads", +1), ("min_blocks", +1),
+                  ("tile", -1)),
+    "high_register_usage": (("block", -1), ("num_warps", +1), ("min_blocks", +1), ("unroll", -1), ("tile", -1)),
+    "register_spills": (("block", -1), ("num_warps", +1), ("num_stages", -1), ("min_blocks", -1), ("unroll", -1),
+                        ("tile", -1), ("work", -1)),
+    "shared_bank_conflicts": (("block", -1), ("tile", -1)),
+    "warp_stall": (("num_stages", +1), ("num_warps", +1), ("work", +1), ("unroll", +1)),
+    "barrier_stall": (("num_warps", -1), ("threads", -1)),
+}  # fmt: skip
 
 
 def _guided_order(findings: tuple[object, ...]) -> list[tuple[str, int]]:
@@ -61,11 +72,19 @@ class _FileKnob:
         return f"{self.path}::{self.knob.name}"
 
 
+def _cuda_launch(solution: Solution) -> tuple[str | None, tuple[str, ...] | None]:
+    """The raw kernel's name and block, so launch bounds can be added to a kernel that has none."""
+    launch = solution.spec.launch
+    return (launch.kernel, launch.block) if launch is not None else (None, None)
+
+
 def _knobs(solution: Solution) -> list[_FileKnob]:
     out: list[_FileKnob] = []
     for src in solution.sources:
         if src.path.endswith(".py"):
             out.extend(_FileKnob(src.path, k) for k in find_knobs(src.content))
+        elif cuda_knobs.is_cuda_source(src.path):
+            out.extend(_FileKnob(src.path, k) for k in cuda_knobs.find_knobs(src.content, *_cuda_launch(solution)))
     return out
 
 
@@ -82,7 +101,12 @@ class Tuner:
         for src in solution.sources:
             mine = {fk.knob.name: settings[fk.key] for fk in knobs if fk.path == src.path}
             try:
-                content = apply_knobs(src.content, mine) if mine else src.content
+                if not mine:
+                    content = src.content
+                elif cuda_knobs.is_cuda_source(src.path):
+                    content = cuda_knobs.apply_knobs(src.content, mine, *_cuda_launch(solution))
+                else:
+                    content = apply_knobs(src.content, mine)
             except KnobError:
                 return None
             sources.append(SourceFile(src.path, content))

@@ -1,0 +1,112 @@
+"""Driver: the few CUDA driver API calls that load a cubin and launch a kernel, through ctypes.
+
+No torch C++ extension and no cuda-python (the GPU image has neither): libcuda.so.1 is opened
+directly. torch owns the device's primary context; this module retains the same one, so kernels
+run in torch's context on torch's current stream and its events time them like any torch op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CudaDriverError", "Kernel", "NoGpuError", "load_kernel"]
+
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_DEFAULT_DYNAMIC_SMEM = 48 * 1024  # above this a kernel must opt in (cuFuncSetAttribute)
+
+
+class NoGpuError(RuntimeError):
+    """There is no NVIDIA driver (or no GPU) in this process."""
+
+
+class CudaDriverError(RuntimeError):
+    """A driver call failed; the message has the call and CUDA's error name."""
+
+
+_lib: ctypes.CDLL | None = None
+
+
+def _driver() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        errors = []
+        for name in ("libcuda.so.1", ctypes.util.find_library("cuda") or "libcuda.so"):
+            try:
+                _lib = ctypes.CDLL(name)
+                break
+            except OSError as e:
+                errors.append(str(e))
+        else:
+            raise NoGpuError("CUDA targets need an NVIDIA GPU: the CUDA driver (libcuda.so.1) is not installed "
+                             f"here ({errors[0]}). Run on a machine with an NVIDIA GPU and driver.")  # fmt: skip
+    return _lib
+
+
+def _check(code: int, call: str) -> None:
+    if code == 0:
+        return
+    name = ctypes.c_char_p()
+    desc = ctypes.c_char_p()
+    lib = _driver()
+    lib.cuGetErrorName(code, ctypes.byref(name))
+    lib.cuGetErrorString(code, ctypes.byref(desc))
+    label = name.value.decode() if name.value else f"CUresult {code}"
+    text = desc.value.decode() if desc.value else ""
+    raise CudaDriverError(f"{call} failed: {label} ({text})")
+
+
+def _context(device: int) -> ctypes.c_void_p:
+    """torch's primary context of ``device``, made current on this thread."""
+    lib = _driver()
+    _check(lib.cuInit(0), "cuInit")
+    dev = ctypes.c_int()
+    _check(lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+    ctx = ctypes.c_void_p()
+    _check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    _check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+class Kernel:
+    """One loaded kernel function; call ``launch`` with its geometry and packed parameters."""
+
+    def __init__(self, cubin: Path, name: str, device: int = 0) -> None:
+        lib = _driver()
+        self.name = name
+        self.ctx = _context(device)
+        self.module = ctypes.c_void_p()
+        image = Path(cubin).read_bytes()
+        _check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(image)), f"cuModuleLoadData({cubin.name})")
+        self.function = ctypes.c_void_p()
+        _check(lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()),
+               f"cuModuleGetFunction({name!r}) (is the kernel extern \"C\" and __global__?)")  # fmt: skip
+        self._smem_limit = _DEFAULT_DYNAMIC_SMEM
+        self._lib = lib
+
+    def launch(self, grid: Sequence[int], block: Sequence[int], shared_bytes: int, params: Any, stream: int) -> None:
+        lib = self._lib
+        current = ctypes.c_void_p()
+        _check(lib.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+        if current.value != self.ctx.value:
+            _check(lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        if shared_bytes > self._smem_limit:
+            _check(lib.cuFuncSetAttribute(self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          ctypes.c_int(shared_bytes)),
+                   f"cuFuncSetAttribute(max dynamic shared memory = {shared_bytes} bytes)")  # fmt: skip
+            self._smem_limit = shared_bytes
+        gx, gy, gz = grid
+        bx, by, bz = block
+        _check(lib.cuLaunchKernel(self.function, ctypes.c_uint(gx), ctypes.c_uint(gy), ctypes.c_uint(gz),
+                                  ctypes.c_uint(bx), ctypes.c_uint(by), ctypes.c_uint(bz), ctypes.c_uint(shared_bytes),
+                                  ctypes.c_void_p(stream), params, None),
+               f"cuLaunchKernel({self.name}, grid={tuple(grid)}, block={tuple(block)}, shared={shared_bytes})")  # fmt: skip
+
+
+def load_kernel(cubin: Path, name: str, device: int = 0) -> Kernel:
+    """Load ``name`` from a cubin into ``device``'s primary context. Raises NoGpuError without a
+    driver, CudaDriverError when the driver refuses (wrong architecture, missing symbol)."""
+    return Kernel(cubin, name, device)
