@@ -150,19 +150,31 @@ def _summary(settings: Settings, text: str) -> None:
             f.write(text + "\n")
 
 
-def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None) -> None:
+def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None,
+              base: tuple[str, str] | None = None) -> None:  # fmt: skip
     """Bring the PR's commits in as git data (never checked out, never run); works for forks too.
-    The checkout keeps no credentials (persist-credentials: false), so a private repository needs
-    the token for this one fetch, passed as an HTTP header and never written to the git config."""
+    ``base``: (branch, sha) of the PR's base, fetched too when the checkout predates it (the base
+    branch moved after the job's checkout). The checkout keeps no credentials
+    (persist-credentials: false), so a private repository needs the token for these fetches,
+    passed as an HTTP header and never written to the git config."""
     import base64
 
     repo = git.Repo(checkout)
-    try:
-        repo.commit(head_sha)
+
+    def have(sha: str) -> bool:
+        try:
+            repo.commit(sha)
+            return True
+        except (ValueError, git.BadName):
+            return False
+
+    wanted = [(head_sha, f"+refs/pull/{pr}/head:refs/remotes/kernelpro/pr-{pr}")]
+    if base is not None:
+        wanted.append((base[1], f"+refs/heads/{base[0]}:refs/remotes/kernelpro/base-{pr}"))
+    refspecs = [spec for sha, spec in wanted if not have(sha)]
+    if not refspecs:
         return
-    except (ValueError, git.BadName):
-        pass
-    args = ["--no-tags", "origin", f"+refs/pull/{pr}/head:refs/remotes/kernelpro/pr-{pr}"]
+    args = ["--no-tags", "origin", *refspecs]
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         repo.git.execute(
@@ -266,7 +278,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
             _say_done(sticky, reason)
             return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason)
     base_sha = pr.base.sha
-    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token)
+    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, base_sha))
     changed = changed_files(checkout, base_sha, head_sha)
     with checkouts(checkout, base_sha, head_sha) as co:
         cfg_path = co.base / ".kernelpro.yml"
@@ -364,7 +376,7 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     repo = gh.get_repo(trigger.repo)
     pr = repo.get_pull(trigger.pr)
     head_sha = head_sha or trigger.head_sha or pr.head.sha
-    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token)
+    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, pr.base.sha))
     # The allowed files come from the trusted base-branch configuration, never from the artifacts.
     with checkouts(checkout, pr.base.sha, head_sha) as co:
         config = load_config(co.base / ".kernelpro.yml", co.base)
@@ -459,7 +471,7 @@ def watch_progress(settings: Settings, targets: list[str], files: dict[str, list
     gh = gh or _github(settings)
     repo = gh.get_repo(trigger.repo)
     watcher = Watcher(repo.get_workflow_run(int(settings.run_id)), run_id=settings.run_id, targets=targets,
-                      allowed_files=files, sticky=StickyComment(repo, trigger.pr, bot_login=settings.bot_login),
+                      allowed_files=files, sticky=StickyComment(repo, trigger.pr, bot_login=settings.bot_login, clock=clock),
                       fetch=partial(download_artifact, settings.github_api_url, settings.github_token or "", trigger.repo),
                       run_url=settings.run_url or None, job_prefix=job_prefix, interval_s=interval_s, max_s=max_s,
                       sleep=sleep, clock=clock)  # fmt: skip

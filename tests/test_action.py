@@ -4,6 +4,7 @@ webhook payloads, and the real optimize loop on the CPU."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,3 +210,100 @@ def test_publish_acknowledges_a_retry_with_a_thumbs_up(world: World, monkeypatch
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("created:")
     assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
+
+
+def _second_target_on_base(w: World, tmp_path: Path) -> str:
+    """A new base commit whose configuration has two targets over the PR's kernel file."""
+    base = git.Repo.clone_from(w.origin.as_uri(), tmp_path / "maintainer", branch="main")
+    cfg = tmp_path / "maintainer" / ".kernelpro.yml"
+    text = cfg.read_text()
+    second = text[text.index("  - name: swiglu"):].replace("name: swiglu", "name: swiglu_big", 1)
+    cfg.write_text(text + second)
+    base.index.add([".kernelpro.yml"])
+    base.index.commit("a second target")
+    sha = base.head.commit.hexsha
+    base.git.push("origin", "main")
+    pull = w.fake.repos[REPO].issues[1].pull
+    assert pull is not None
+    pull.base_sha = sha
+    return sha
+
+
+def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan -> optimize (one of two targets for real) while the progress job watches -> publish."""
+    from kernelpro.bot.progress import is_live
+
+    base = _second_target_on_base(world, world.tmp)
+    p_ = labeled(world)
+    p_["pull_request"]["base"]["sha"] = base
+    env = {"GITHUB_RUN_ID": "77", "GITHUB_API_URL": world.fake.base_url}
+    s = world.settings("pull_request", p_, **env)
+
+
+    class PlanArgs:  # `kernelpro action plan`, which reaches GitHub through GITHUB_API_URL
+        checkout, out = str(world.checkout), str(world.tmp / "plan")
+
+    assert action.cmd_plan(PlanArgs, s) == 0
+    outputs = dict(line.split("=", 1) for line in (world.tmp / "github_output").read_text().splitlines())
+    assert outputs["run"] == "true" and json.loads(outputs["targets"]) == ["swiglu", "swiglu_big"]
+    assert json.loads(outputs["files"]) == {"swiglu": ["kernels/swiglu.py"], "swiglu_big": ["kernels/swiglu.py"]}
+    targets, files = action._plan_lists(outputs["targets"], outputs["files"])  # what the workflow passes
+    p = argparse.Namespace(base_sha=outputs["base_sha"], head_sha=outputs["head_sha"])
+    fake = world.fake
+    fake.add_run(REPO, head_sha=world.head, head_branch="feature", run_id=77)
+    jobs = {t: fake.add_job(77, f"optimize {t}") for t in targets}
+
+    # The optimize job of swiglu, for real (CPU); its artifact is what the progress job reads.
+    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
+    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
+    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+    out = world.tmp / "results" / "kernelpro-result-0"
+
+    class Args:
+        target, checkout = "swiglu", str(world.checkout)
+
+    Args.out = str(out)  # type: ignore[attr-defined]
+    assert action.cmd_optimize(Args, s) == 0
+    evaluations = json.loads((out / "summary.json").read_text())["targets"][0]["evaluations"]
+
+    seen: list[str] = []
+
+    def sticky_text() -> str:
+        (b,) = [b for b in world.comments() if b.startswith("<!-- kernelpro:progress -->")]
+        return b
+
+    steps = [
+        lambda: (fake.set_job(jobs["swiglu"], "in_progress"), fake.set_job(jobs["swiglu_big"], "in_progress")),
+        lambda: (fake.upload_artifact(77, "kernelpro-result-0", out), fake.set_job(jobs["swiglu"], "completed", "success")),
+        lambda: fake.set_job(jobs["swiglu_big"], "completed", "failure"),
+    ]
+
+    now = [0.0]
+
+    def sleep(interval: float) -> None:
+        seen.append(sticky_text())
+        now[0] += interval
+        steps.pop(0)()
+
+    queued = sticky_text()  # as plan left it
+    assert "Queued" in queued and is_live(queued, 77)
+    snap = action.watch_progress(s, targets, files, world.fake.client(), sleep=sleep, clock=lambda: now[0])
+    assert snap is not None and snap.finished and not steps
+    waiting, running, one_of_two = seen
+    assert "0/2 kernel(s) done" in waiting and "waiting for a GPU runner" in waiting
+    assert "0/2 kernel(s) done" in running and "running: swiglu, swiglu\\_big" in running
+    assert "1/2 kernel(s) done" in one_of_two and "running: swiglu\\_big" in one_of_two
+    assert f"Evaluations so far: {evaluations}" in one_of_two and f"| {evaluations} |" in one_of_two
+    assert "All 2 kernel(s) finished" in sticky_text() and "the job ended: failure" in sticky_text()
+
+    # publish writes the final state: done, with the follow-up PR; the live marker is gone.
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("created:")
+    done = sticky_text()
+    assert "**Done**" in done and "/pull/" in done and not is_live(done, 77)
+    # A late poll of the progress job leaves the final state alone.
+    n = len(world.fake.requests)
+    again = action.watch_progress(s, targets, files, world.fake.client(), sleep=sleep, clock=lambda: now[0])
+    assert again is not None and sticky_text() == done
+    assert not [r for r in world.fake.requests[n:] if r.method != "GET"]
