@@ -354,7 +354,8 @@ def publish(
 
     # A closed follow-up PR and no open one: declined or merged (module docstring).
     try:
-        closed = _last_closed_pr(repo, branch) if _find_pr(repo, branch) is None else None
+        is_open = _find_pr(repo, branch) is not None
+        closed = _last_closed_pr(repo, branch)
     except GithubException as exc:
         raise _gh_error(f"looking for an open pull request from {branch}", exc, pushed=False) from exc
     note = ""
@@ -362,7 +363,7 @@ def publish(
         note = f"Follows #{closed.number}, which was merged."
     elif closed is not None:
         m = _HEAD_MARK.search(closed.body or "")
-        if not retry and (m is None or m.group(1) == pr_head_sha):
+        if not is_open and not retry and (m is None or m.group(1) == pr_head_sha):
             return Published(None, branch, "declined",
                              f"the follow-up pull request #{closed.number} was closed without merging, so kernelpro "
                              f"treats it as declined and publishes nothing again for the same head "
