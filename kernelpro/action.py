@@ -16,6 +16,7 @@ message that says what failed and what to do, in the log and in the sticky comme
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -120,6 +121,16 @@ def explain(exc: Exception, doing: str) -> str:
     else:
         hint = "see the job log"
     return f"{doing} failed: GitHub answered {status}{said}; {hint}"
+
+
+def _react(comment: Any, content: str) -> None:
+    """Acknowledge a command; a reaction GitHub refuses is logged, never fatal (it only says hello)."""
+    from github import GithubException
+
+    try:
+        comment.create_reaction(content)
+    except GithubException as e:
+        print(f"::warning title=kernelpro::{explain(e, f'the {content} reaction on the command')}")
 
 
 def _say_failed(gh: Any, repo_name: str, pr: int, settings: Settings, why: str) -> None:
@@ -253,7 +264,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
     if trigger.kind == "retry":
         issue_comment = repo.get_issue(trigger.pr).get_comment(trigger.comment_id)
         if not can_retry(repo, trigger.sender):
-            issue_comment.create_reaction("confused")
+            _react(issue_comment, "confused")
             repo.get_issue(trigger.pr).create_comment(
                 f"Thanks! `/kernelpro retry` runs code from this pull request on a GPU runner, so it is only "
                 f"honoured from people with write access to {trigger.repo}. A maintainer can start it."
@@ -267,7 +278,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
                 None,
                 "retry refused: no write access",
             )
-        issue_comment.create_reaction("eyes")
+        _react(issue_comment, "eyes")
         head_sha = pr.head.sha
     else:
         head_sha = trigger.head_sha or pr.head.sha
@@ -414,16 +425,25 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
         except (GithubException, CommentError) as e2:
             print(f"::warning title=kernelpro::could not write the failure to the sticky comment: {e2}")
         raise ActionError(why) from e
-    if ack is not None:
-        ack.create_reaction("+1")
-    if published.action == "comment-only":
-        _summary(settings, render_job_summary(results))
-        return f"{published.action}: {published.reason}"
-    best = max((t.winner.speedup for t in results.winners if t.winner is not None), default=None)
-    sticky.update(progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),
-                                evaluations=sum(t.evaluations for t in results.targets), best_speedup=best,
-                                pr_url=published.pr_url, reason=published.reason), force=True)  # fmt: skip
     _summary(settings, render_job_summary(results))
+    if published.action != "comment-only":  # comment-only outcomes were posted by publish()
+        best = max((t.winner.speedup for t in results.winners if t.winner is not None), default=None)
+        done = progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),
+                             evaluations=sum(t.evaluations for t in results.targets), best_speedup=best,
+                             pr_url=published.pr_url, reason=published.reason)  # fmt: skip
+        try:
+            sticky.update(done, force=True)
+        except CommentError as e:
+            why = f"{published.action} {published.pr_url or published.reason}, but the progress comment could not say so: {e}"
+            with contextlib.suppress(CommentError):  # a second try often gets through a transient error
+                sticky.update(progress_body("failed", kernel_i=len(results.targets), kernels=len(results.targets),
+                                            evaluations=0, best_speedup=None, reason=why), force=True)  # fmt: skip
+            raise ActionError(why) from e
+    if ack is not None:
+        try:  # only an acknowledgement: the work is published, so this must not fail the job
+            ack.create_reaction("+1")
+        except GithubException as e:
+            print(f"::warning title=kernelpro::{explain(e, 'the +1 reaction on the retry comment')}")
     return f"{published.action}: {published.pr_url or published.reason}"
 
 

@@ -837,6 +837,7 @@ class FakeGitHub:
         times: int = 1,
         *,
         message: str | None = None,
+        retry_after: int = 60,
     ) -> None:
         """Answer the next ``times`` matching requests with an error instead of handling them.
 
@@ -847,13 +848,13 @@ class FakeGitHub:
         headers: dict[str, str] = {}
         if status == "rate-limit":
             code = 403
-            reset = int(time.time()) + 60
+            reset = int(time.time()) + retry_after
             headers = {
                 "x-ratelimit-limit": "5000",
                 "x-ratelimit-remaining": "0",
                 "x-ratelimit-used": "5000",
                 "x-ratelimit-reset": str(reset),
-                "retry-after": "60",
+                "retry-after": str(retry_after),
             }
             msg = message or "API rate limit exceeded for installation ID 1."
         elif isinstance(status, int):

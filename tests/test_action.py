@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,10 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
+    """Indirect parameters ``{"prefix": "/api/v3"}`` (GitHub Enterprise Server's API path) or
+    ``{"head_repo": "mallory/demo"}`` (a pull request from a fork)."""
+    kw: dict[str, Any] = getattr(request, "param", {})
     src = make_demo_repo(tmp_path / "src")
     s = git.Repo(src)
     head, base = s.head.commit.hexsha, s.head.commit.parents[0].hexsha
@@ -57,10 +61,11 @@ def world(tmp_path: Path) -> Iterator[World]:
     s.git.push(str(origin), f"{base}:refs/heads/main", f"{head}:refs/heads/feature", f"{head}:refs/pull/1/head")
     checkout = tmp_path / "checkout"
     git.Repo.clone_from(origin.as_uri(), checkout, branch="main")
-    fake = FakeGitHub().start()
+    fake = FakeGitHub(prefix=kw.get("prefix", "")).start()
     fake.add_repo(REPO, sha=base)
     fake.link_git(REPO, origin)
-    fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice")
+    fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice",
+                  head_repo=kw.get("head_repo"))  # fmt: skip
     fake.set_role(REPO, "maint", "maintain")
     fake.set_role(REPO, "reader", "read")
     try:
@@ -78,7 +83,8 @@ def labeled(w: World, head: str | None = None) -> dict[str, Any]:
     p["pull_request"]["head"]["sha"] = head or w.head
     p["pull_request"]["base"]["sha"] = w.base
     if p["pull_request"]["head"].get("repo"):
-        p["pull_request"]["head"]["repo"]["full_name"] = REPO
+        head_repo = w.fake.repos[REPO].issues[1].pull.head_repo  # type: ignore[union-attr]
+        p["pull_request"]["head"]["repo"]["full_name"] = head_repo
     p["sender"]["login"] = "maint"
     assert validate_webhook("pull_request", "labeled", p) == []
     return p
@@ -307,3 +313,128 @@ def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.Mon
     again = action.watch_progress(s, targets, files, world.fake.client(), sleep=sleep, clock=lambda: now[0])
     assert again is not None and sticky_text() == done
     assert not [r for r in world.fake.requests[n:] if r.method != "GET"]
+
+
+def _optimize(w: World, s: Settings, base: str, head: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The optimize job for swiglu, for real on the CPU (budget 3), into results/kernelpro-result-0."""
+    monkeypatch.setenv("KERNELPRO_BASE_SHA", base)
+    monkeypatch.setenv("KERNELPRO_HEAD_SHA", head)
+    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+    out = w.tmp / "results" / "kernelpro-result-0"
+    args = argparse.Namespace(target="swiglu", checkout=str(w.checkout), out=str(out))
+    assert action.cmd_optimize(args, s) == 0
+    return out
+
+
+def _sticky(w: World) -> str:
+    (body,) = [b for b in w.comments() if b.startswith("<!-- kernelpro:progress -->")]
+    return body
+
+
+FORK = {"head_repo": "mallory/demo"}
+
+
+@pytest.mark.parametrize("world", [FORK], indirect=True)
+def test_a_label_on_a_fork_does_not_run_and_says_why(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    s = world.settings("pull_request", labeled(world))
+    # GitHub gives a fork's pull_request event a read-only token: the comment is refused.
+    world.fake.fail_next("POST", r"/issues/1/comments$", 403)
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and "fork" in p.reason and "/kernelpro retry" in p.reason
+    assert world.comments() == []
+    assert "::notice title=kernelpro::" in capsys.readouterr().out
+    # Where the repository sends write tokens to fork workflows, the comment says it.
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and "comes from a fork" in _sticky(world)
+
+
+@pytest.mark.parametrize("world", [FORK], indirect=True)
+def test_a_retry_on_a_fork_puts_the_patch_in_the_comment(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = retry(world, "maint", "/kernelpro retry --budget 3")
+    s = world.settings("issue_comment", payload)
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert p.run and p.head_sha == world.head  # fetched from refs/pull/1/head: the fork's commit
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("comment-only:") and "fork" in msg
+    body = _sticky(world)
+    assert "cannot push to" in body and "```diff\n--- a/kernels/swiglu.py" in body
+    heads = git.Repo(world.origin).git.for_each_ref("--format=%(refname)", "refs/heads")
+    assert "kernelpro/pr-1" not in heads  # no branch in the base repository
+    assert [i.number for i in world.fake.repos[REPO].issues.values() if i.pull] == [1]
+    assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
+
+
+@pytest.mark.parametrize("world", [{"prefix": "/api/v3"}], indirect=True)
+def test_github_enterprise_server_api_url(world: World) -> None:
+    assert world.fake.base_url.endswith("/api/v3")
+    s = world.settings("pull_request", labeled(world), GITHUB_API_URL=world.fake.base_url)
+    p = action.plan(s, world.checkout)  # the client is built from GITHUB_API_URL
+    assert p.run and p.targets == ("swiglu",)
+    assert world.fake.requests and "Queued" in _sticky(world)
+
+
+def test_safe_retries(world: World) -> None:
+    from github import Auth, Github, GithubException
+
+    gh = Github(base_url=world.fake.base_url, auth=Auth.Token("t"), retry=action.retry_policy(),
+                seconds_between_requests=None, seconds_between_writes=None)  # fmt: skip
+    fake, repo = world.fake, gh.get_repo(REPO)
+    fake.fail_next("GET", r"/pulls/1$", 502)
+    assert repo.get_pull(1).number == 1  # a GET is retried
+    c = fake.add_comment(REPO, 1, "x", user="github-actions[bot]")
+    fake.fail_next("PATCH", rf"/issues/comments/{c.id}$", 503)
+    repo.get_issue(1).get_comment(c.id).edit("y")  # so is a PATCH (it sets the whole body)
+    assert fake.comments[c.id].body == "y"
+    fake.fail_next("POST", r"/issues/1/comments$", 500)
+    with pytest.raises(GithubException) as e:
+        repo.get_issue(1).create_comment("once")
+    posts = [r for r in fake.requests if r.method == "POST" and r.path.endswith("/issues/1/comments")]
+    assert len(posts) == 1  # never repeated: GitHub may have created it
+    assert "server error" in action.explain(e.value, "commenting") and "rerun this job" in action.explain(e.value, "x")
+    fake.fail_next("POST", r"/reactions$", "rate-limit", retry_after=1)
+    start = time.monotonic()
+    repo.get_issue(1).get_comment(c.id).create_reaction("eyes")  # a rate-limited POST was not processed
+    assert time.monotonic() - start >= 0.9 and _reactions(world, c.id) == ["eyes"]
+    fake.fail_next("GET", r"/pulls/1$", 404)
+    with pytest.raises(GithubException) as e:
+        repo.get_pull(1)
+    assert "cannot see it" in action.explain(e.value, "reading the pull request")
+    assert sum(r.method == "GET" and r.path.endswith("/pulls/1") for r in fake.requests) == 3  # 404: once
+
+
+def test_github_errors_at_each_write_then_a_rerun_finishes(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = world.fake
+    payload = retry(world, "maint", "/kernelpro retry --budget 3")
+    s = world.settings("issue_comment", payload)
+    # plan: the sticky comment is needed, so its failure stops plan (and is said in a comment)...
+    fake.fail_next("POST", r"/issues/1/comments$", 422)
+    with pytest.raises(action.ActionError, match="planning failed: could not create the progress comment on #1: GitHub answered 422"):
+        action.plan(s, world.checkout, fake.client())
+    assert "**Stopped**" in _sticky(world) and "GitHub answered 422" in _sticky(world)
+    # ...the eyes reaction only acknowledges, so the rerun goes on without it.
+    fake.fail_next("POST", r"/issues/comments/\d+/reactions$", 500)
+    p = action.plan(s, world.checkout, fake.client())
+    assert p.run and "Queued" in _sticky(world)
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
+
+    def publish() -> str:
+        return action.publish_results(s, world.checkout, world.tmp / "results", fake.client(),
+                                      push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+
+    for method, path, status, said in [
+        ("POST", r"/repos/octo/demo/pulls$", 500, "opening the pull request"),
+        ("PATCH", r"/issues/comments/\d+$", 502, "the progress comment could not say so"),
+        ("PATCH", r"/pulls/\d+$", 422, "updating pull request"),
+    ]:
+        fake.fail_next(method, path, status)
+        with pytest.raises(action.ActionError, match=said):
+            publish()
+        assert str(status) in _sticky(world)  # said where the maintainer looks
+    fake.fail_next("POST", r"/issues/comments/\d+/reactions$", 403)
+    assert publish().startswith("updated:")  # a refused +1 does not fail a published run
+    assert publish().startswith("updated:")
+    bot_prs = [i for i in fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    assert len(bot_prs) == 1 and "**Done**" in _sticky(world) and "/pull/" in _sticky(world)
+    assert _reactions(world, payload["comment"]["id"])[-1] == "+1"
