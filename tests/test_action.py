@@ -182,6 +182,20 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     assert len(pulls) == 1
     done = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
     assert len(done) == 1 and "/pull/" in done[0]
+    # A maintainer closes the follow-up PR unmerged: declined. The label's event again publishes nothing...
+    (old,) = pulls
+    world.fake.close_pull(REPO, old.number)
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("declined:") and "closed without merging" in _sticky(world)
+    # ...until a writer asks with /kernelpro retry: a new PR that links the declined one.
+    r = world.settings("issue_comment", retry(world, "maint"))
+    msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("created:")
+    (new,) = [i for i in world.fake.repos[REPO].issues.values()
+              if i.pull and i.pull.head_ref == "kernelpro/pr-1" and i.state == "open"]  # fmt: skip
+    assert new.number != old.number and (new.body or "").startswith(f"Supersedes #{old.number}")
 
 
 def test_a_kernel_without_harness_gets_a_config_snippet(world: World, tmp_path: Path) -> None:
