@@ -251,6 +251,7 @@ def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
 
 
 def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
+    from kernelpro.bot.body import code_block, md
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.bot.comment import StickyComment, progress_body
     from kernelpro.bot.permission import can_retry
@@ -314,6 +315,14 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
     names = tuple(t.name for t in targets)
     queued = progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None)
+    queued += f"\nWill be optimized: {', '.join(md(n, 100) for n in names)}.\n"
+    covered = {f for t in targets for f in t.files}
+    uncovered = [] if trigger.kernel else [k for k in changed_kernels(checkout, base_sha, head_sha)
+                                           if k.path not in covered]  # fmt: skip
+    if uncovered:
+        queued += ("\nThese changed kernels have no harness, so they are not optimized. Add this to `.kernelpro.yml` "
+                   "on the base branch and fill in the marked fields:\n\n"
+                   + code_block(config_snippet(uncovered), "yaml") + "\n")  # fmt: skip
     # The live marker lets the progress job edit this comment until publish writes the final state.
     sticky.update(queued + (live_marker(settings.run_id) + "\n" if settings.run_id else ""), force=True)
     return Plan(

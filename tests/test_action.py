@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,50 @@ def test_label_plans_the_changed_kernel(world: World) -> None:
     s = world.settings("pull_request", labeled(world))
     p = action.plan(s, world.checkout, world.fake.client())
     assert (p.run, p.targets, p.head_sha, p.base_sha) == (True, ("swiglu",), world.head, world.base)
-    assert any("<!-- kernelpro:progress -->" in b and "queued" in b.lower() for b in world.comments())
+    assert "Queued" in _sticky(world) and "Will be optimized: swiglu." in _sticky(world)
+    # The same event delivered twice: still one comment.
+    assert action.plan(s, world.checkout, world.fake.client()).run
+    assert len(world.comments()) == 1
+
+
+def test_changed_kernels_without_harness_are_named_next_to_the_targets(world: World, tmp_path: Path) -> None:
+    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
+    (tmp_path / "author" / "kernels" / "relu.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _relu(x_ptr, n, B: tl.constexpr):\n"
+        "    o = tl.program_id(0) * B + tl.arange(0, B)\n    tl.store(x_ptr + o, tl.maximum(tl.load(x_ptr + o), 0))\n")
+    author.index.add(["kernels/relu.py"])
+    author.index.commit("and a relu kernel nobody configured")
+    sha = author.head.commit.hexsha
+    author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    p = action.plan(world.settings("pull_request", labeled(world, head=sha)), world.checkout, world.fake.client())
+    assert p.run and p.targets == ("swiglu",)
+    body = _sticky(world)
+    assert "Will be optimized: swiglu." in body and "no harness" in body
+    assert "```yaml" in body and "_relu" in body and "kernels/relu.py" in body
+
+
+def test_candidates_failing_everywhere_leave_the_baseline_and_open_no_pr(world: World) -> None:
+    from test_bot_artifact import H200
+
+    out = world.tmp / "results" / "kernelpro-result-0"
+    shutil.copytree(H200, out)
+    data = json.loads((out / "summary.json").read_text())
+    t = data["targets"][0]
+    t.update(winner=None, gates=[], statuses={"PASSED": 1, "COMPILE_ERROR": 9, "RUNTIME_ERROR": 6},
+             stop_reason="budget spent (16 evaluations)",
+             curve=[{"evaluation": i + 1, "best_speedup": 1.0, "status": "PASSED" if i == 0 else "COMPILE_ERROR"}
+                    for i in range(16)])  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(data))
+    (out / "swiglu" / "patch.diff").unlink()
+    s = world.settings("pull_request", labeled(world), GITHUB_STEP_SUMMARY=str(world.tmp / "summary.md"))
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("comment-only:")
+    body = _sticky(world)
+    assert "the baseline stands" in body and "no candidate passed verification" in body
+    assert [i.number for i in world.fake.repos[REPO].issues.values() if i.pull] == [1]
+    assert "kernelpro/pr-1" not in git.Repo(world.origin).git.for_each_ref("--format=%(refname)")
+    assert "the PR's kernel stands" in (world.tmp / "summary.md").read_text()
 
 
 def test_a_push_after_the_label_is_not_approved(world: World) -> None:
@@ -158,7 +202,8 @@ def test_no_changed_kernel_says_so(world: World, tmp_path: Path) -> None:
 
 
 def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = world.settings("pull_request", labeled(world))
+    summary = world.tmp / "summary.md"
+    s = world.settings("pull_request", labeled(world), GITHUB_STEP_SUMMARY=str(summary))
     p = action.plan(s, world.checkout, world.fake.client())
     assert p.run
     monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
@@ -175,6 +220,8 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("created:")
+    # GITHUB_STEP_SUMMARY: optimize's report, then publish's table.
+    assert "## kernelpro" in summary.read_text() and "| `swiglu` | **" in summary.read_text()
     again = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                    push_url=world.origin.as_uri())  # fmt: skip
     assert again.startswith("updated:")  # the same event delivered twice: one branch, one PR
@@ -182,6 +229,11 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     assert len(pulls) == 1
     done = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
     assert len(done) == 1 and "/pull/" in done[0]
+    # A writer's /kernelpro retry updates that PR: no duplicate.
+    r = world.settings("issue_comment", retry(world, "maint"))
+    msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("updated:") and msg.endswith(f"/pull/{pulls[0].number}")
     # A maintainer closes the follow-up PR unmerged: declined. The label's event again publishes nothing...
     (old,) = pulls
     world.fake.close_pull(REPO, old.number)
@@ -189,7 +241,6 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("declined:") and "closed without merging" in _sticky(world)
     # ...until a writer asks with /kernelpro retry: a new PR that links the declined one.
-    r = world.settings("issue_comment", retry(world, "maint"))
     msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
                                  push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
     assert msg.startswith("created:")
@@ -451,4 +502,5 @@ def test_github_errors_at_each_write_then_a_rerun_finishes(world: World, monkeyp
     assert publish().startswith("updated:")
     bot_prs = [i for i in fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
     assert len(bot_prs) == 1 and "**Done**" in _sticky(world) and "/pull/" in _sticky(world)
-    assert _reactions(world, payload["comment"]["id"])[-1] == "+1"
+    reactions = _reactions(world, payload["comment"]["id"])
+    assert reactions[-1] == "+1" and "confused" in reactions  # the failed runs said so too
