@@ -235,3 +235,32 @@ def test_an_expired_or_tampered_download_is_refused(world: World, tmp_path: Path
     # The token never reaches the storage host, even when a client sends it there.
     r = requests.get(world.fake.blob_url + path, headers={"Authorization": "Bearer t"}, timeout=5)
     assert r.status_code == 400 and any("Authorization" in e for e in world.fake.take_errors())
+
+
+def test_the_command_line_watches_until_the_jobs_are_done(
+    world: World, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kernelpro action progress` as the workflow runs it: event, run id and API URL from the env."""
+    from github_spec import valid_webhook_example, write_event
+
+    from kernelpro.cli import main
+
+    for j in world.jobs.values():
+        world.fake.set_job(j, "completed", "failure")
+    event = valid_webhook_example("pull_request", "labeled")
+    event["label"]["name"], event["repository"]["full_name"] = "optimize-kernels", REPO
+    event["number"] = event["pull_request"]["number"] = 1
+    path = write_event(world.tmp / "event.json", event)
+    for k, v in {"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(path), "GITHUB_TOKEN": "t",
+                 "GITHUB_API_URL": world.fake.base_url, "GITHUB_RUN_ID": str(RUN),
+                 "GITHUB_REPOSITORY": REPO}.items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    files = json.dumps(ALLOWED)
+    assert main(["action", "progress", '--targets=["swiglu", "rms_norm"]', f"--files={files}", "--interval=0"]) == 0
+    assert "0/2 kernel(s) done, 0 evaluation(s); all jobs finished" in capsys.readouterr().out
+    assert "the job ended: failure" in world.comment()
+    # Plan outputs that do not fit together are a clear error, not a traceback.
+    assert main(["action", "progress", '--targets=["swiglu", "other"]', f"--files={files}"]) == 2
+    assert "--files has no entry for ['other']" in capsys.readouterr().err
+    assert main(["action", "progress", "--targets=swiglu", f"--files={files}"]) == 2
+    assert "JSON outputs" in capsys.readouterr().err
