@@ -272,13 +272,14 @@ class Watcher:
     # ------------------------------------------------------------------ one poll
 
     def _read(self, artifact_id: int, name: str) -> None:
-        data = self.fetch(artifact_id)  # ProgressError: not marked seen, tried again next poll
-        self._seen.add(artifact_id)
         try:
+            data = self.fetch(artifact_id)  # ProgressError: not marked seen, tried again next poll
+            self._seen.add(artifact_id)
             with tempfile.TemporaryDirectory(prefix="kernelpro-progress-") as tmp:
                 results = load_results(extract_results(data, Path(tmp), display=f"{name}.zip"),
                                        allowed_files=self.allowed)  # fmt: skip
-        except ArtifactError as e:
+        except ArtifactError as e:  # over the size limit, or invalid: never read again
+            self._seen.add(artifact_id)
             self._refused.append(f"{name}: {e.what}")
             self.log(f"::warning title=kernelpro progress::artifact {name} refused: {e}")
             return

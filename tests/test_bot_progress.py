@@ -264,3 +264,18 @@ def test_the_command_line_watches_until_the_jobs_are_done(
     assert "--files has no entry for ['other']" in capsys.readouterr().err
     assert main(["action", "progress", "--targets=swiglu", f"--files={files}"]) == 2
     assert "JSON outputs" in capsys.readouterr().err
+
+
+def test_an_oversized_archive_is_refused_once(world: World, tmp_path: Path) -> None:
+    fake, jobs = world.fake, world.jobs
+
+    def end() -> None:
+        fake.upload_artifact(RUN, "kernelpro-result-0", results_dir(tmp_path, "swiglu"))
+        for j in jobs.values():
+            fake.set_job(j, "completed", "success")
+
+    small = partial(download_artifact, fake.base_url, "t", REPO, limit=1000)
+    snap = world.watcher([end], fetch=small).watch()
+    assert snap is not None and snap.finished and snap.done == 0
+    assert "more than the limit of 1000 bytes" in world.comment()
+    assert len(fake.blob_requests) == 1
