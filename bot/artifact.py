@@ -50,6 +50,7 @@ __all__ = [
     "Winner",
     "WorkloadTiming",
     "check_patch",
+    "extract_results",
     "load_results",
 ]
 
@@ -947,3 +948,65 @@ def load_results(dir: Path, *, allowed_files: Mapping[str, Sequence[str]]) -> Re
             if os.path.lexists(rp) else ()  # fmt: skip
         out.append(replace(t, patch=patch, patch_files=files, tolerances=tol))
     return Results(targets=tuple(out), config_note=config_note)
+
+
+# --------------------------------------------------------------------------- zip archives
+
+MAX_ZIP_BYTES = 256 * 1024 * 1024
+"""A downloaded artifact archive larger than this is refused."""
+MAX_ZIP_MEMBERS = 20_000
+"""An archive with more entries than this is refused."""
+_MEMBER = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,99}/)?(?:summary\.json|result\.json|patch\.diff|report\.md)")
+_LIMITS = {"summary.json": MAX_SUMMARY_BYTES, "result.json": MAX_SUMMARY_BYTES,
+           "patch.diff": MAX_PATCH_BYTES, "report.md": MAX_REPORT_BYTES}  # fmt: skip
+
+
+def extract_results(data: bytes, dest: Path, *, display: str = "artifact.zip") -> Path:
+    """Unpack the files :func:`load_results` reads from an artifact's zip archive into ``dest``.
+
+    The archive is untrusted: only ``summary.json`` and ``<target>/{result.json,patch.diff,
+    report.md}`` are extracted (everything else, e.g. traces and journals, is skipped unread),
+    each through a bounded read whatever size its header claims; absolute or ``..`` names,
+    symbolic links, duplicate names, encrypted entries and oversized archives are refused.
+    Returns ``dest``; pass it to :func:`load_results`.
+    """
+    import io
+    import zipfile
+
+    if len(data) > MAX_ZIP_BYTES:
+        raise ArtifactError(display, f"{len(data)} bytes, more than the limit of {MAX_ZIP_BYTES}")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as e:
+        raise ArtifactError(display, f"not a readable zip archive ({e})") from None
+    if len(infos) > MAX_ZIP_MEMBERS:
+        raise ArtifactError(display, f"{len(infos)} entries, more than the limit of {MAX_ZIP_MEMBERS}")
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    seen: set[str] = set()
+    for info in infos:
+        name = info.filename
+        if info.is_dir() or not _MEMBER.fullmatch(name):
+            if not _safe_path(name.rstrip("/")):
+                raise ArtifactError(display, f"entry {name[:200]!r} is not a plain relative path")
+            continue
+        if name in seen:
+            raise ArtifactError(display, f"entry {name!r} appears twice")
+        seen.add(name)
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise ArtifactError(display, f"entry {name!r} is a symbolic link")
+        if info.flag_bits & 0x1:
+            raise ArtifactError(display, f"entry {name!r} is encrypted")
+        limit = _LIMITS[name.rsplit("/", 1)[-1]]
+        try:
+            with archive.open(info) as f:
+                body = f.read(limit + 1)
+        except (zipfile.BadZipFile, NotImplementedError, ValueError, EOFError, OSError) as e:
+            raise ArtifactError(display, f"entry {name!r} cannot be read ({e})") from None
+        if len(body) > limit:
+            raise ArtifactError(display, f"entry {name!r} is more than the limit of {limit} bytes")
+        out = dest / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(body)
+    return dest

@@ -116,6 +116,21 @@ class StickyComment:
             ) from exc
         return None
 
+    def current_body(self) -> str | None:
+        """The sticky comment's text as GitHub has it now; None when there is none."""
+        if self.comment_id is not None:
+            try:
+                return self._issue().get_comment(self.comment_id).body
+            except GithubException as exc:
+                if exc.status != 404:
+                    raise CommentError(
+                        f"could not read the progress comment on #{self.pr_number}: {_describe(exc)}",
+                        exc.status,
+                    ) from exc
+                self.comment_id = None
+        found = self.find()
+        return found.body if found is not None else None
+
     # ------------------------------------------------------------------ writes
 
     def text(self, body: str) -> str:

@@ -26,6 +26,16 @@ What :func:`publish` does, in order (every step is safe to repeat):
    (``updated``), or create it with base = the PR's head branch (``created``). A 422 "already
    exists" (a concurrent run won the race) is resolved by finding and editing that PR.
 
+A **closed** follow-up PR (no open one for the branch; the newest closed one decides):
+
+- *closed without merging* by a person = **declined**. A label run (or a rerun of one) for the
+  same PR head it was built on (recorded in its body as a hidden ``kernelpro:head`` line)
+  neither pushes nor reopens anything (action ``declined``; the comment says how to ask again).
+  ``/kernelpro retry`` from a writer (``retry=True``) is that request: the branch is force-pushed
+  and a **new** PR is opened (GitHub cannot reopen a PR whose branch was force-pushed), whose body
+  links the old one. A label on a *new* head is a new approval and does the same.
+- *merged* = done: any later run starts a fresh PR from the same branch, linking the merged one.
+
 Failures raise :class:`PublishError` with a clear message; the state left behind (at most a pushed
 branch without a PR) is what the next run starts from, so rerunning succeeds.
 """
@@ -60,7 +70,8 @@ BRANCH_PREFIX = "kernelpro/pr-"
 _BUDGET = BODY_LIMIT - 1_536
 _TITLE_MAX = 200
 
-Action = Literal["created", "updated", "skipped", "comment-only"]
+Action = Literal["created", "updated", "skipped", "comment-only", "declined"]
+_HEAD_MARK = re.compile(r"<!-- kernelpro:head=([0-9a-f]{40}(?:[0-9a-f]{24})?) -->")
 
 
 class PublishError(RuntimeError):
@@ -76,7 +87,7 @@ class Published:
     branch: str | None
     """``kernelpro/pr-<N>`` when a branch is involved (also when skipped); None otherwise."""
     action: Action
-    """created | updated | skipped | comment-only."""
+    """created | updated | skipped | comment-only | declined."""
     reason: str
     """Why, in a sentence (shown in the progress comment and the log)."""
     comment: str | None = None
@@ -202,14 +213,15 @@ def _post(sticky: StickyComment | None, text: str) -> None:
 # --------------------------------------------------------------------------- GitHub
 
 
-def _gh_error(what: str, exc: GithubException) -> PublishError:
+def _gh_error(what: str, exc: GithubException, *, pushed: bool = True) -> PublishError:
     msg = exc.data.get("message") if isinstance(exc.data, dict) else None
     errors = exc.data.get("errors") if isinstance(exc.data, dict) else None
     detail = f" ({md(msg, 200)})" if msg else ""
     if isinstance(errors, list) and errors:
         detail += f" {md(str(errors[0]), 200)}"
+    state = "the branch is in place, and " if pushed else "nothing was pushed yet; "
     return PublishError(
-        f"{what}: GitHub answered {exc.status}{detail}; the branch is in place, and rerunning "
+        f"{what}: GitHub answered {exc.status}{detail}; {state}rerunning "
         "the publish step from the results artifact finishes the job"
     )
 
@@ -220,6 +232,20 @@ def _find_pr(repo: Repository, branch: str) -> PullRequest | None:
         if pr.head.ref == branch:
             return pr
     return None
+
+
+def _last_closed_pr(repo: Repository, branch: str) -> PullRequest | None:
+    """The newest closed PR from ``branch`` (GitHub lists the newest first)."""
+    owner = repo.full_name.split("/")[0]
+    for pr in repo.get_pulls(state="closed", head=f"{owner}:{branch}"):
+        if pr.head.ref == branch:
+            return pr
+    return None
+
+
+def head_marker(sha: str) -> str:
+    """The hidden line in a follow-up PR's body naming the PR head it was built on."""
+    return f"<!-- kernelpro:head={sha} -->"
 
 
 def _open_or_update(
@@ -273,6 +299,7 @@ def publish(
     kernelpro_version: str = __version__,
     programmer: str = "unknown",
     model: str | None = None,
+    retry: bool = False,
 ) -> Published:
     """Publish ``results`` for PR ``pr_number`` (see the module docstring for every case).
 
@@ -280,6 +307,8 @@ def publish(
     every patch is re-checked against it (without it, against the files the loader recorded).
     ``sticky``: when given, comment-only outcomes are posted to it (forced update).
     ``base_branch_of_pr`` is the branch the PR targets, named in the commit message.
+    ``retry``: the run comes from ``/kernelpro retry`` (a writer's explicit request), which
+    publishes again after a declined (closed unmerged) follow-up PR.
     Raises :class:`PublishError` (git or GitHub failures, a patch that does not apply) and
     :class:`~kernelpro.bot.artifact.ArtifactError` (a patch that fails the re-check).
     """
@@ -322,6 +351,26 @@ def publish(
             "the patch is in the comment",
             text,
         )
+
+    # A closed follow-up PR and no open one: declined or merged (module docstring).
+    try:
+        is_open = _find_pr(repo, branch) is not None
+        closed = _last_closed_pr(repo, branch)
+    except GithubException as exc:
+        raise _gh_error(f"looking for an open pull request from {branch}", exc, pushed=False) from exc
+    note = ""
+    if closed is not None and closed.merged_at is not None:
+        note = f"Follows #{closed.number}, which was merged."
+    elif closed is not None:
+        m = _HEAD_MARK.search(closed.body or "")
+        if not is_open and not retry and (m is None or m.group(1) == pr_head_sha):
+            return Published(None, branch, "declined",
+                             f"the follow-up pull request #{closed.number} was closed without merging, so kernelpro "
+                             f"treats it as declined and publishes nothing again for the same head "
+                             f"({pr_head_sha[:10]}); comment `/kernelpro retry` to open a new one")  # fmt: skip
+        note = (f"Supersedes #{closed.number}, which was closed without merging (GitHub cannot reopen a pull "
+                "request whose branch was force-pushed, so this is a new one).")  # fmt: skip
+    body = (f"{note}\n\n" if note else "") + body + f"\n{head_marker(pr_head_sha)}\n"
 
     g = _Git(Path(checkout), push_url)
 

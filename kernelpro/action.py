@@ -6,12 +6,20 @@ configuration, says so in the sticky comment, and emits the matrix.
 optimize (the GPU runner, read-only token): `kernelpro optimize` for one target.
 publish (write token, no PR code runs): reads the optimize artifacts as untrusted data, checks the
 patch touches only the target's files, and opens or updates the follow-up PR (or comments why not).
+progress (trusted, no PR code runs; next to the optimize matrix): watches the run's jobs and
+artifacts and keeps the sticky comment live (kernelpro.bot.progress).
+
+GitHub errors: requests are retried with backoff where that is safe (5xx and rate limits; a POST
+only when GitHub did not process it, i.e. a rate limit); anything else stops the job with a
+message that says what failed and what to do, in the log and in the sticky comment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,21 +52,99 @@ class Plan:
     """Evaluations per target from `/kernelpro retry --budget N`."""
     reason: str
     """Why it runs or why not, for the log and the comment."""
+    files: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Target -> its kernel files, from the base branch's configuration (the progress job's
+    trusted list of what each target's results may patch)."""
+
+
+def retry_policy(total: int = 5, backoff_factor: float = 2.0, max_rate_limit_wait: float = 600) -> Any:
+    """PyGithub's retry, limited to what is safe to repeat.
+
+    GET, PUT, DELETE and PATCH (the bot's PATCHes set a whole title/body) are retried on 5xx with
+    exponential backoff; a rate limit (403/429 with the rate-limit headers) is waited out for at
+    most ``max_rate_limit_wait`` s and retried for every method, since GitHub did not process that
+    request. A POST that got a 5xx is *not* repeated: GitHub may have created the comment or pull
+    request already, and a rerun finds it instead of making a second. 403/404/422 that are not
+    rate limits fail at once with GitHub's message.
+    """
+    from github import GithubRetry
+    from urllib3.util.retry import Retry
+
+    class SafeRetry(GithubRetry):
+        def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+            if method.upper() == "POST" and status_code not in (403, 429):
+                return False
+            return bool(super().is_retry(method, status_code, has_retry_after))
+
+    return SafeRetry(total=total, backoff_factor=backoff_factor, max_rate_limit_wait=max_rate_limit_wait,
+                     status_forcelist=[*range(500, 600), 429],
+                     allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "POST", "PATCH"})  # fmt: skip
 
 
 def _github(settings: Settings) -> Any:
-    from github import Auth, Github, GithubRetry
+    from github import Auth, Github
 
     if not settings.github_token:
         raise ActionError(
             "GITHUB_TOKEN is not set: give the step `env: GITHUB_TOKEN: ${{ github.token }}`"
         )
-    # Retries with backoff on 5xx and on rate limits (waiting for the reset, at most 10 minutes);
-    # 403/404/422 that are not rate limits fail at once with GitHub's message.
-    retry = GithubRetry(total=5, backoff_factor=2, max_rate_limit_wait=600)
     return Github(
-        base_url=settings.github_api_url, auth=Auth.Token(settings.github_token), retry=retry
+        base_url=settings.github_api_url, auth=Auth.Token(settings.github_token), retry=retry_policy()
     )
+
+
+def explain(exc: Exception, doing: str) -> str:
+    """One sentence for a failed GitHub request: what failed, GitHub's answer, and what to do."""
+    from github import GithubException, RateLimitExceededException
+
+    if not isinstance(exc, GithubException):
+        return f"{doing} failed: {exc}"
+    data = exc.data if isinstance(exc.data, dict) else {}
+    said = f" ({str(data.get('message'))[:200]})" if data.get("message") else ""
+    headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+    status = exc.status
+    if isinstance(exc, RateLimitExceededException) or headers.get("x-ratelimit-remaining") == "0" or status == 429:
+        reset = headers.get("x-ratelimit-reset")
+        when = time.strftime("%H:%M UTC", time.gmtime(int(reset))) if reset and reset.isdigit() else "the reset"
+        hint = f"the token's API rate limit is used up; rerun this job after {when}"
+    elif status == 401:
+        hint = "the token was refused (expired or revoked); rerun the job for a fresh one"
+    elif status == 403:
+        hint = ("the token lacks a permission for this: check the job's `permissions:` against "
+                "docs/github.md (a `pull_request` event from a fork gets a read-only token)")
+    elif status == 404:
+        hint = "the repository, pull request or comment is gone, or the token cannot see it"
+    elif status == 422:
+        hint = "GitHub refused the request as invalid"
+    elif status >= 500:
+        hint = "GitHub had a server error and retries did not help; rerun this job"
+    else:
+        hint = "see the job log"
+    return f"{doing} failed: GitHub answered {status}{said}; {hint}"
+
+
+def _react(comment: Any, content: str) -> None:
+    """Acknowledge a command; a reaction GitHub refuses is logged, never fatal (it only says hello)."""
+    from github import GithubException
+
+    try:
+        comment.create_reaction(content)
+    except GithubException as e:
+        print(f"::warning title=kernelpro::{explain(e, f'the {content} reaction on the command')}")
+
+
+def _say_failed(gh: Any, repo_name: str, pr: int, settings: Settings, why: str) -> None:
+    """Best effort: the failure in the sticky comment too (the log has it in any case)."""
+    from github import GithubException
+
+    from kernelpro.bot.comment import CommentError, StickyComment, progress_body
+
+    try:
+        sticky = StickyComment(gh.get_repo(repo_name), pr, bot_login=settings.bot_login)
+        sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
+                                    reason=why), force=True)  # fmt: skip
+    except (GithubException, CommentError) as e:
+        print(f"::warning title=kernelpro::could not write the failure to the sticky comment either: {e}")
 
 
 def write_outputs(settings: Settings, values: dict[str, str]) -> None:
@@ -75,19 +161,31 @@ def _summary(settings: Settings, text: str) -> None:
             f.write(text + "\n")
 
 
-def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None) -> None:
+def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None,
+              base: tuple[str, str] | None = None) -> None:  # fmt: skip
     """Bring the PR's commits in as git data (never checked out, never run); works for forks too.
-    The checkout keeps no credentials (persist-credentials: false), so a private repository needs
-    the token for this one fetch, passed as an HTTP header and never written to the git config."""
+    ``base``: (branch, sha) of the PR's base, fetched too when the checkout predates it (the base
+    branch moved after the job's checkout). The checkout keeps no credentials
+    (persist-credentials: false), so a private repository needs the token for these fetches,
+    passed as an HTTP header and never written to the git config."""
     import base64
 
     repo = git.Repo(checkout)
-    try:
-        repo.commit(head_sha)
+
+    def have(sha: str) -> bool:
+        try:
+            repo.commit(sha)
+            return True
+        except (ValueError, git.BadName):
+            return False
+
+    wanted = [(head_sha, f"+refs/pull/{pr}/head:refs/remotes/kernelpro/pr-{pr}")]
+    if base is not None:
+        wanted.append((base[1], f"+refs/heads/{base[0]}:refs/remotes/kernelpro/base-{pr}"))
+    refspecs = [spec for sha, spec in wanted if not have(sha)]
+    if not refspecs:
         return
-    except (ValueError, git.BadName):
-        pass
-    args = ["--no-tags", "origin", f"+refs/pull/{pr}/head:refs/remotes/kernelpro/pr-{pr}"]
+    args = ["--no-tags", "origin", *refspecs]
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         repo.git.execute(
@@ -110,25 +208,64 @@ def _say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: An
 
 
 def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
-    from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
-    from kernelpro.bot.comment import StickyComment, progress_body
+    from github import GithubException
+
+    from kernelpro.bot.comment import CommentError
     from kernelpro.bot.event import parse_event_file
-    from kernelpro.bot.permission import can_retry
-    from kernelpro.runner.config import ConfigError, load_config
-    from kernelpro.workspace import checkouts
 
     trigger = parse_event_file(settings.event_name, settings.event_path, label=settings.label,
                                bot_login=settings.bot_login)  # fmt: skip
     if trigger is None:
         return Plan(False, (), 0, "", "", None, "not a kernelpro trigger")
     gh = gh or _github(settings)
+    if trigger.kind == "label" and trigger.is_fork:
+        return _fork_label(settings, gh, trigger)
+    try:
+        return _plan(settings, checkout, gh, trigger)
+    except (GithubException, CommentError) as e:
+        why = explain(e, "planning") if isinstance(e, GithubException) else f"planning failed: {e}"
+        _say_failed(gh, trigger.repo, trigger.pr, settings, why)
+        raise ActionError(why) from e
+
+
+def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
+    """A label on a fork's pull request: GitHub gives this event a read-only token and no secrets,
+    so nothing could be published; a maintainer's `/kernelpro retry` runs with this repository's
+    token instead. Nothing runs; the comment is attempted (it succeeds only where the repository
+    sends write tokens to fork workflows) and the reason is in the log and the job summary."""
+    from github import GithubException
+
+    from kernelpro.bot.comment import CommentError, StickyComment, progress_body
+
+    reason = (f"this pull request comes from a fork ({trigger.head_repo}): GitHub runs `pull_request` workflows "
+              "of forks with a read-only token and no secrets, so kernelpro cannot comment or publish from "
+              "this label. A maintainer can comment `/kernelpro retry` on the pull request instead: that "
+              "runs with this repository's token, after a permission check.")  # fmt: skip
+    try:
+        StickyComment(gh.get_repo(trigger.repo), trigger.pr, bot_login=settings.bot_login).update(
+            progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason),
+            force=True)  # fmt: skip
+    except (GithubException, CommentError) as e:
+        print(f"::notice title=kernelpro::{reason} (the comment could not be written: {e})")
+    return Plan(False, (), trigger.pr, trigger.head_sha or "", trigger.base_sha or "", None, reason)
+
+
+def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
+    from kernelpro.bot.body import code_block, md
+    from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
+    from kernelpro.bot.comment import StickyComment, progress_body
+    from kernelpro.bot.permission import can_retry
+    from kernelpro.bot.progress import live_marker
+    from kernelpro.runner.config import ConfigError, load_config
+    from kernelpro.workspace import checkouts
+
     repo = gh.get_repo(trigger.repo)
     pr = repo.get_pull(trigger.pr)
     sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
     if trigger.kind == "retry":
         issue_comment = repo.get_issue(trigger.pr).get_comment(trigger.comment_id)
         if not can_retry(repo, trigger.sender):
-            issue_comment.create_reaction("confused")
+            _react(issue_comment, "confused")
             repo.get_issue(trigger.pr).create_comment(
                 f"Thanks! `/kernelpro retry` runs code from this pull request on a GPU runner, so it is only "
                 f"honoured from people with write access to {trigger.repo}. A maintainer can start it."
@@ -142,7 +279,7 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
                 None,
                 "retry refused: no write access",
             )
-        issue_comment.create_reaction("eyes")
+        _react(issue_comment, "eyes")
         head_sha = pr.head.sha
     else:
         head_sha = trigger.head_sha or pr.head.sha
@@ -153,7 +290,7 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
             _say_done(sticky, reason)
             return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason)
     base_sha = pr.base.sha
-    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token)
+    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, base_sha))
     changed = changed_files(checkout, base_sha, head_sha)
     with checkouts(checkout, base_sha, head_sha) as co:
         cfg_path = co.base / ".kernelpro.yml"
@@ -177,8 +314,17 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
             _say_done(sticky, reason, kernels, config_snippet)
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
     names = tuple(t.name for t in targets)
-    sticky.update(progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None),
-                  force=True)  # fmt: skip
+    queued = progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None)
+    queued += f"\nWill be optimized: {', '.join(md(n, 100) for n in names)}.\n"
+    covered = {f for t in targets for f in t.files}
+    uncovered = [] if trigger.kernel else [k for k in changed_kernels(checkout, base_sha, head_sha)
+                                           if k.path not in covered]  # fmt: skip
+    if uncovered:
+        queued += ("\nThese changed kernels have no harness, so they are not optimized. Add this to `.kernelpro.yml` "
+                   "on the base branch and fill in the marked fields:\n\n"
+                   + code_block(config_snippet(uncovered), "yaml") + "\n")  # fmt: skip
+    # The live marker lets the progress job edit this comment until publish writes the final state.
+    sticky.update(queued + (live_marker(settings.run_id) + "\n" if settings.run_id else ""), force=True)
     return Plan(
         True,
         names,
@@ -187,6 +333,7 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
         base_sha,
         trigger.budget,
         f"optimizing {', '.join(names)}",
+        tuple((t.name, tuple(t.files)) for t in targets),
     )
 
 
@@ -197,7 +344,7 @@ def cmd_plan(args: Any, settings: Settings) -> int:
     (out / "plan.json").write_text(json.dumps(p.__dict__, indent=2) + "\n")
     write_outputs(settings, {"run": "true" if p.run else "false", "targets": json.dumps(list(p.targets)),
                              "pr": str(p.pr), "head_sha": p.head_sha, "base_sha": p.base_sha,
-                             "budget": str(p.budget or "")})  # fmt: skip
+                             "budget": str(p.budget or ""), "files": json.dumps(dict(p.files))})  # fmt: skip
     print(f"kernelpro plan: {p.reason}")
     _summary(settings, f"### kernelpro plan\n\n{p.reason}")
     return 0
@@ -228,10 +375,14 @@ def _results_dirs(root: Path) -> list[Path]:
 
 
 def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: Any = None,
-                    push_url: str | None = None) -> str:  # fmt: skip
+                    push_url: str | None = None, head_sha: str | None = None) -> str:  # fmt: skip
+    """Publish the optimize results. ``head_sha``: the commit plan approved and optimize ran on
+    (the plan job's output); the follow-up commit is built on it even if the PR moved on since."""
+    from github import GithubException
+
     from kernelpro.bot.artifact import Results, load_results
     from kernelpro.bot.body import render_job_summary
-    from kernelpro.bot.comment import StickyComment, progress_body
+    from kernelpro.bot.comment import CommentError, StickyComment, progress_body
     from kernelpro.bot.event import parse_event_file
     from kernelpro.bot.publish import publish
     from kernelpro.runner.config import load_config
@@ -244,8 +395,8 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     gh = gh or _github(settings)
     repo = gh.get_repo(trigger.repo)
     pr = repo.get_pull(trigger.pr)
-    head_sha = trigger.head_sha or pr.head.sha
-    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token)
+    head_sha = head_sha or trigger.head_sha or pr.head.sha
+    _fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, pr.base.sha))
     # The allowed files come from the trusted base-branch configuration, never from the artifacts.
     with checkouts(checkout, pr.base.sha, head_sha) as co:
         config = load_config(co.base / ".kernelpro.yml", co.base)
@@ -269,28 +420,98 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
                             bot_name=settings.bot_login, bot_email="41898282+github-actions[bot]@users.noreply.github.com",
                             base_branch_of_pr=pr.base.ref, pr_head_branch=pr.head.ref, pr_head_sha=head_sha,
                             is_fork=is_fork, allowed_files=allowed, sticky=sticky, run_url=settings.run_url or None,
-                            programmer=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"))  # fmt: skip
+                            programmer=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"),
+                            retry=trigger.kind == "retry")  # fmt: skip
     except Exception as e:
         # Say it where the maintainer looks; the artifact still holds everything, so a rerun publishes.
-        sticky.update(progress_body("failed", kernel_i=0, kernels=len(results.targets), evaluations=0,
-                                    best_speedup=None, reason=f"publishing failed ({type(e).__name__}); rerun the "
-                                    "publish job: the results are kept in the workflow's artifacts"), force=True)  # fmt: skip
-        if ack is not None:
-            ack.create_reaction("confused")
-        raise
-    if ack is not None:
-        ack.create_reaction("+1")
-    if published.action == "comment-only":
-        _summary(settings, render_job_summary(results))
-        return f"{published.action}: {published.reason}"
-    best = max((t.winner.speedup for t in results.winners if t.winner is not None), default=None)
-    sticky.update(progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),
-                                evaluations=sum(t.evaluations for t in results.targets), best_speedup=best,
-                                pr_url=published.pr_url, reason=published.reason), force=True)  # fmt: skip
+        why = explain(e, "publishing") if isinstance(e, GithubException) else f"publishing failed: {e}"
+        try:
+            sticky.update(progress_body("failed", kernel_i=0, kernels=len(results.targets), evaluations=0,
+                                        best_speedup=None, reason=f"{why}. Rerun the publish job: the results are "
+                                        "kept in the workflow's artifacts"), force=True)  # fmt: skip
+            if ack is not None:
+                ack.create_reaction("confused")
+        except (GithubException, CommentError) as e2:
+            print(f"::warning title=kernelpro::could not write the failure to the sticky comment: {e2}")
+        raise ActionError(why) from e
     _summary(settings, render_job_summary(results))
+    if published.action != "comment-only":  # comment-only outcomes were posted by publish()
+        best = max((t.winner.speedup for t in results.winners if t.winner is not None), default=None)
+        done = progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),
+                             evaluations=sum(t.evaluations for t in results.targets), best_speedup=best,
+                             pr_url=published.pr_url, reason=published.reason)  # fmt: skip
+        try:
+            sticky.update(done, force=True)
+        except CommentError as e:
+            why = f"{published.action} {published.pr_url or published.reason}, but the progress comment could not say so: {e}"
+            with contextlib.suppress(CommentError):  # a second try often gets through a transient error
+                sticky.update(progress_body("failed", kernel_i=len(results.targets), kernels=len(results.targets),
+                                            evaluations=0, best_speedup=None, reason=why), force=True)  # fmt: skip
+            raise ActionError(why) from e
+    if ack is not None:
+        try:  # only an acknowledgement: the work is published, so this must not fail the job
+            ack.create_reaction("+1")
+        except GithubException as e:
+            print(f"::warning title=kernelpro::{explain(e, 'the +1 reaction on the retry comment')}")
     return f"{published.action}: {published.pr_url or published.reason}"
 
 
 def cmd_publish(args: Any, settings: Settings) -> int:
-    print("kernelpro publish:", publish_results(settings, Path(args.checkout), Path(args.results)))
+    head = getattr(args, "head_sha", None) or None
+    print("kernelpro publish:", publish_results(settings, Path(args.checkout), Path(args.results), head_sha=head))
+    return 0
+
+
+def _plan_lists(targets_json: str, files_json: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The plan job's `targets` and `files` outputs, checked (they are passed on the command line)."""
+    try:
+        targets, files = json.loads(targets_json), json.loads(files_json)
+    except json.JSONDecodeError as e:
+        raise ActionError(f"--targets and --files must be the plan job's JSON outputs: {e}") from None
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise ActionError("--targets must be a JSON list of target names (the plan job's `targets` output)")
+    if not isinstance(files, dict) or not all(
+        isinstance(v, list) and all(isinstance(f, str) for f in v) for v in files.values()
+    ):
+        raise ActionError("--files must be a JSON object target -> [kernel files] (the plan job's `files` output)")
+    missing = [t for t in targets if t not in files]
+    if missing:
+        raise ActionError(f"--files has no entry for {missing}: pass the same plan's `targets` and `files`")
+    return targets, files
+
+
+def watch_progress(settings: Settings, targets: list[str], files: dict[str, list[str]], gh: Any = None, *,
+                   interval_s: float = 30.0, max_s: float = 190 * 60.0, job_prefix: str = "optimize ",
+                   sleep: Any = time.sleep, clock: Any = time.monotonic) -> Any:  # fmt: skip
+    """The progress job: keep the sticky comment live until the optimize jobs are done."""
+    from functools import partial
+
+    from kernelpro.bot.comment import StickyComment
+    from kernelpro.bot.event import parse_event_file
+    from kernelpro.bot.progress import Watcher, download_artifact
+
+    trigger = parse_event_file(settings.event_name, settings.event_path, label=settings.label,
+                               bot_login=settings.bot_login)  # fmt: skip
+    if trigger is None:
+        print("kernelpro progress: not a kernelpro trigger")
+        return None
+    if not settings.run_id.isdigit():
+        raise ActionError("GITHUB_RUN_ID is not set: `kernelpro action progress` runs inside the workflow run it watches")
+    gh = gh or _github(settings)
+    repo = gh.get_repo(trigger.repo)
+    watcher = Watcher(repo.get_workflow_run(int(settings.run_id)), run_id=settings.run_id, targets=targets,
+                      allowed_files=files, sticky=StickyComment(repo, trigger.pr, bot_login=settings.bot_login, clock=clock),
+                      fetch=partial(download_artifact, settings.github_api_url, settings.github_token or "", trigger.repo),
+                      run_url=settings.run_url or None, job_prefix=job_prefix, interval_s=interval_s, max_s=max_s,
+                      sleep=sleep, clock=clock)  # fmt: skip
+    return watcher.watch()
+
+
+def cmd_progress(args: Any, settings: Settings) -> int:
+    targets, files = _plan_lists(args.targets, args.files)
+    snap = watch_progress(settings, targets, files, interval_s=args.interval, max_s=args.max_minutes * 60,
+                          job_prefix=args.job_prefix)  # fmt: skip
+    if snap is not None:
+        print(f"kernelpro progress: {snap.done}/{len(snap.kernels)} kernel(s) done, "
+              f"{snap.evaluations} evaluation(s); {'all jobs finished' if snap.finished else 'stopped watching'}")  # fmt: skip
     return 0

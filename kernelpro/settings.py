@@ -39,6 +39,8 @@ class Settings:
     """GITHUB_STEP_SUMMARY: the job summary file."""
     run_url: str = ""
     """Link to this workflow run (from GITHUB_SERVER_URL, GITHUB_REPOSITORY and GITHUB_RUN_ID)."""
+    run_id: str = ""
+    """GITHUB_RUN_ID: this workflow run (the progress job watches its jobs and artifacts)."""
     label: str = "optimize-kernels"
     """The approving label (KERNELPRO_LABEL)."""
     bot_login: str = "github-actions[bot]"
@@ -63,6 +65,7 @@ class Settings:
             step_summary=e.get("GITHUB_STEP_SUMMARY", ""),
             run_url=(f"{e.get('GITHUB_SERVER_URL', 'https://github.com')}/{e['GITHUB_REPOSITORY']}/actions/runs/"
                      f"{e['GITHUB_RUN_ID']}" if e.get("GITHUB_REPOSITORY") and e.get("GITHUB_RUN_ID") else ""),
+            run_id=e.get("GITHUB_RUN_ID", ""),
             label=e.get("KERNELPRO_LABEL", "optimize-kernels"),
             bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
         )

@@ -39,6 +39,19 @@ Endpoints implemented (the ones the bot needs)::
     POST   /repos/{owner}/{repo}/git/refs
     PATCH  /repos/{owner}/{repo}/git/refs/{ref}
     DELETE /repos/{owner}/{repo}/git/refs/{ref}
+    GET    /repos/{owner}/{repo}/actions/runs/{run_id}
+    GET    /repos/{owner}/{repo}/actions/runs/{run_id}/jobs        ?filter=latest|all (paginated)
+    GET    /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts   ?name= (paginated)
+    GET    /repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}
+           -> 302 to a signed URL on a second loopback server (the "blob storage"), as GitHub
+           redirects to its storage host: the client must follow it *without* the token (a
+           request that carries an Authorization header there is recorded as a violation), and
+           an expired or tampered signature gets 403.
+
+Workflow runs, their jobs and artifacts are set up with ``add_run``, ``add_job``/``set_job`` and
+``upload_artifact`` (which zips a folder the way actions/upload-artifact v4 does: the folder's
+contents at the root of the archive). An ``prefix`` such as ``/api/v3`` serves the API under that
+path, as GitHub Enterprise Server does.
 
 Permissions follow GitHub: the stored role (admin, maintain, write, triage, read) is reported as
 ``role_name``; ``permission`` is the legacy base role (maintain -> write, triage -> read); a user
@@ -51,11 +64,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
+import hmac
+import io
 import json
 import re
 import subprocess
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -310,6 +327,7 @@ class PullState:
     base_sha: str
     draft: bool = False
     merged: bool = False
+    merged_at: str | None = None
     maintainer_can_modify: bool = False
 
 
@@ -325,6 +343,7 @@ class IssueState:
     pull: PullState | None = None
     created_at: str = field(default_factory=_now)
     updated_at: str = field(default_factory=_now)
+    closed_at: str | None = None
 
 
 @dataclass
@@ -354,6 +373,47 @@ class RepoState:
     @property
     def name(self) -> str:
         return self.full_name.split("/")[1]
+
+
+@dataclass
+class JobState:
+    """One job of a workflow run."""
+
+    id: int
+    name: str
+    status: str = "queued"
+    """queued | in_progress | completed | waiting | requested | pending."""
+    conclusion: str | None = None
+    created_at: str = field(default_factory=_now)
+    started_at: str | None = None
+    completed_at: str | None = None
+    labels: tuple[str, ...] = ("ubuntu-latest",)
+
+
+@dataclass
+class ArtifactState:
+    """One uploaded artifact: its zip archive."""
+
+    id: int
+    name: str
+    data: bytes
+    created_at: str = field(default_factory=_now)
+    expired: bool = False
+
+
+@dataclass
+class RunState:
+    """A workflow run of a repository."""
+
+    id: int
+    repo: str
+    head_sha: str
+    head_branch: str
+    event: str = "pull_request"
+    status: str = "in_progress"
+    conclusion: str | None = None
+    jobs: list[JobState] = field(default_factory=list)
+    artifacts: list[ArtifactState] = field(default_factory=list)
 
 
 @dataclass
@@ -402,9 +462,19 @@ class FakeError(Exception):
 class FakeGitHub:
     """The fake GitHub: state, an HTTP server on 127.0.0.1, validation, error injection."""
 
-    def __init__(self, *, token_user: str = BOT_LOGIN) -> None:
+    def __init__(self, *, token_user: str = BOT_LOGIN, prefix: str = "") -> None:
+        """``prefix``: serve the API under this path (``/api/v3`` as on GitHub Enterprise Server)."""
+        if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+            raise ValueError("prefix must start with '/' and not end with one, e.g. '/api/v3'")
         self.api = description()
         self.token_user = token_user
+        self.prefix = prefix
+        self.runs: dict[int, RunState] = {}
+        self.blob_requests: list[tuple[str, dict[str, str]]] = []
+        """(path, headers) of every request the blob server received."""
+        self._blob_secret = b"kernelpro-fake-blob-key"
+        self._blob: ThreadingHTTPServer | None = None
+        self.blob_url = ""
         self.repos: dict[str, RepoState] = {}
         self.comments: dict[int, Comment] = {}
         self.requests: list[Recorded] = []
@@ -446,6 +516,13 @@ class FakeGitHub:
             ("POST", "/repos/{owner}/{repo}/git/refs"): self._create_ref,
             ("PATCH", "/repos/{owner}/{repo}/git/refs/{ref}"): self._update_ref,
             ("DELETE", "/repos/{owner}/{repo}/git/refs/{ref}"): self._delete_ref,
+            ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}"): self._get_run,
+            ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs"): self._list_jobs,
+            ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"): self._list_artifacts,
+            (
+                "GET",
+                "/repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}",
+            ): self._download_artifact,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -490,18 +567,51 @@ class FakeGitHub:
         server.daemon_threads = True
         server.block_on_close = False
         self._server = server
-        self.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+        self.base_url = f"http://127.0.0.1:{server.server_address[1]}{self.prefix}"
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
         self._thread.start()
+        self._start_blob()
         return self
 
+    def _start_blob(self) -> None:
+        """The artifact storage: another host as far as HTTP clients are concerned (another port)."""
+        fake = self
+
+        class Blob(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                status, data = fake._blob_get(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}
+                )
+                self.send_response(status)
+                self.send_header(
+                    "Content-Type", "application/zip" if status == 200 else "text/plain"
+                )
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        blob = ThreadingHTTPServer(("127.0.0.1", 0), Blob)
+        blob.daemon_threads = True
+        blob.block_on_close = False
+        self._blob = blob
+        self.blob_url = f"http://127.0.0.1:{blob.server_address[1]}"
+        threading.Thread(
+            target=blob.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
+
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in (self._server, self._blob):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        self._server = self._blob = None
 
     def __enter__(self) -> FakeGitHub:
         return self.start()
@@ -594,6 +704,63 @@ class FakeGitHub:
                     if p and p.head_repo == r.full_name and ref in heads and i.state == "open":
                         p.head_sha = heads[ref]
 
+    def add_run(
+        self,
+        repo: str,
+        *,
+        head_sha: str,
+        head_branch: str = "main",
+        run_id: int | None = None,
+        event: str = "pull_request",
+    ) -> RunState:
+        """A workflow run of ``repo`` (in progress)."""
+        with self._lock:
+            run = RunState(run_id or next(self._ids), repo, head_sha, head_branch, event)
+            self.runs[run.id] = run
+            return run
+
+    def add_job(self, run_id: int, name: str, *, status: str = "queued") -> JobState:
+        """A job of run ``run_id`` named ``name`` (as GitHub renders a matrix job's ``name:``)."""
+        with self._lock:
+            job = JobState(next(self._ids), name)
+            self.runs[run_id].jobs.append(job)
+            self.set_job(job, status)
+            return job
+
+    def set_job(self, job: JobState, status: str, conclusion: str | None = None) -> None:
+        """Move ``job`` to ``status`` (``completed`` needs a ``conclusion``), with GitHub's timestamps."""
+        if status not in ("queued", "in_progress", "completed", "waiting", "requested", "pending"):
+            raise ValueError(f"unknown job status {status!r}")
+        if (status == "completed") != (conclusion is not None):
+            raise ValueError("a conclusion is given exactly when the job is completed")
+        with self._lock:
+            job.status, job.conclusion = status, conclusion
+            if status in ("in_progress", "completed") and job.started_at is None:
+                job.started_at = _now()
+            if status == "completed":
+                job.completed_at = _now()
+
+    def upload_artifact(self, run_id: int, name: str, folder: Path) -> ArtifactState:
+        """Zip ``folder`` as actions/upload-artifact v4 does (its contents at the archive's root)
+        and attach it to run ``run_id``; it is listed at once, before the run ends."""
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(Path(folder).rglob("*")):
+                if f.is_file():
+                    z.write(f, f.relative_to(folder).as_posix())
+        return self.upload_artifact_bytes(run_id, name, buf.getvalue())
+
+    def upload_artifact_bytes(self, run_id: int, name: str, data: bytes) -> ArtifactState:
+        """An artifact whose archive is exactly ``data`` (for hostile archives)."""
+        with self._lock:
+            run = self.runs[run_id]
+            if any(a.name == name for a in run.artifacts):
+                raise ValueError(f"an artifact named {name!r} already exists in run {run_id} "
+                                 "(upload-artifact v4 refuses a second upload under one name)")  # fmt: skip
+            art = ArtifactState(next(self._ids), name, data)
+            run.artifacts.append(art)
+            return art
+
     def set_role(self, repo: str, login: str, role: str | None) -> None:
         """Give ``login`` a role on ``repo`` (admin|maintain|write|triage|read); None removes it."""
         if role is None:
@@ -637,6 +804,15 @@ class FakeGitHub:
         r.next_number += 1
         return issue
 
+    def close_pull(self, repo: str, number: int, *, merged: bool = False) -> None:
+        """A person closes pull request ``number`` (merging it when ``merged``), as in the web UI."""
+        with self._lock:
+            i = self._issue(repo, number)
+            assert i.pull is not None, f"#{number} is not a pull request"
+            i.state, i.closed_at = "closed", _now()
+            if merged:
+                i.pull.merged, i.pull.merged_at = True, i.closed_at
+
     def add_issue(self, repo: str, *, title: str = "An issue", user: str = "octocat") -> IssueState:
         r = self.repos[repo]
         issue = IssueState(r.next_number, title, "", user)
@@ -661,6 +837,7 @@ class FakeGitHub:
         times: int = 1,
         *,
         message: str | None = None,
+        retry_after: int = 60,
     ) -> None:
         """Answer the next ``times`` matching requests with an error instead of handling them.
 
@@ -671,13 +848,13 @@ class FakeGitHub:
         headers: dict[str, str] = {}
         if status == "rate-limit":
             code = 403
-            reset = int(time.time()) + 60
+            reset = int(time.time()) + retry_after
             headers = {
                 "x-ratelimit-limit": "5000",
                 "x-ratelimit-remaining": "0",
                 "x-ratelimit-used": "5000",
                 "x-ratelimit-reset": str(reset),
-                "retry-after": "60",
+                "retry-after": str(retry_after),
             }
             msg = message or "API rate limit exceeded for installation ID 1."
         elif isinstance(status, int):
@@ -704,6 +881,14 @@ class FakeGitHub:
     def _handle(self, method: str, target: str, raw: bytes) -> tuple[int, dict[str, str], Any]:
         split = urlsplit(target)  # PyGithub may send absolute URLs
         path = split.path
+        if self.prefix:
+            if not path.startswith(self.prefix + "/"):
+                with self._lock:
+                    self.errors.append(f"{method} {path}: outside the API prefix {self.prefix}")
+                    return self._record(
+                        method, path, {}, None, None, 404, {}, FakeError(404, "Not Found").body
+                    )
+            path = path[len(self.prefix) :]
         query = parse_qs(split.query, keep_blank_values=True)
         has_body = bool(raw.strip())
         body: Any = None
@@ -915,7 +1100,7 @@ class FakeGitHub:
             comments=len(i.comments),
             created_at=i.created_at,
             updated_at=i.updated_at,
-            closed_at=None,
+            closed_at=i.closed_at,
             closed_by=None,
             author_association="CONTRIBUTOR",
         )
@@ -966,8 +1151,8 @@ class FakeGitHub:
             requested_teams=[],
             created_at=i.created_at,
             updated_at=i.updated_at,
-            closed_at=None,
-            merged_at=None,
+            closed_at=i.closed_at,
+            merged_at=p.merged_at,
             merge_commit_sha=None,
             draft=p.draft,
             merged=p.merged,
@@ -1177,6 +1362,7 @@ class FakeGitHub:
             i.body = b["body"]
         if "state" in b:
             i.state = b["state"]
+            i.closed_at = _now() if i.state == "closed" else None
         if "base" in b:
             if f"heads/{b['base']}" not in r.refs:
                 raise FakeError(422, "Validation Failed")
@@ -1286,3 +1472,164 @@ class FakeGitHub:
             raise FakeError(422, "Reference does not exist")
         del r.refs[p["ref"]]
         return 204, None, {}
+
+    # ------------------------------------------------------------------ Actions: runs, jobs, artifacts
+
+    def _run(self, p: Mapping[str, str]) -> tuple[RepoState, RunState]:
+        r = self._repo(p)
+        run = self.runs.get(int(p["run_id"]))
+        if run is None or run.repo != r.full_name:
+            raise FakeError(404, "Not Found")
+        return r, run
+
+    def run_json(self, r: RepoState, run: RunState) -> dict[str, Any]:
+        body = self._rebase(self.api.example("workflow-run"), r.full_name)
+        url = f"{self.base_url}/repos/{r.full_name}/actions/runs/{run.id}"
+        body.update(
+            id=run.id,
+            node_id=f"WFR_{run.id}",
+            head_branch=run.head_branch,
+            head_sha=run.head_sha,
+            event=run.event,
+            status=run.status,
+            conclusion=run.conclusion,
+            url=url,
+            html_url=f"https://github.com/{r.full_name}/actions/runs/{run.id}",
+            jobs_url=url + "/jobs",
+            logs_url=url + "/logs",
+            artifacts_url=url + "/artifacts",
+            cancel_url=url + "/cancel",
+            rerun_url=url + "/rerun",
+            pull_requests=[],
+            repository=self._short_min_repo(r),
+            head_repository=self._short_min_repo(r),
+        )
+        body.pop("previous_attempt_url", None)
+        return body
+
+    def _short_min_repo(self, r: RepoState) -> dict[str, Any]:
+        body = self._rebase(self.api.example("workflow-run")["repository"], r.full_name)
+        body.update(id=r.id, node_id=f"R_{r.id}", name=r.name, full_name=r.full_name,
+                    owner=self.user_json(r.owner), private=r.private, fork=r.fork,
+                    url=f"{self.base_url}/repos/{r.full_name}",
+                    html_url=f"https://github.com/{r.full_name}")  # fmt: skip
+        return body
+
+    def job_json(self, r: RepoState, run: RunState, job: JobState) -> dict[str, Any]:
+        body = self._rebase(self.api.example("job"), r.full_name)
+        body.update(
+            id=job.id,
+            run_id=run.id,
+            run_url=f"{self.base_url}/repos/{r.full_name}/actions/runs/{run.id}",
+            node_id=f"J_{job.id}",
+            head_sha=run.head_sha,
+            head_branch=run.head_branch,
+            url=f"{self.base_url}/repos/{r.full_name}/actions/jobs/{job.id}",
+            html_url=f"https://github.com/{r.full_name}/actions/runs/{run.id}/job/{job.id}",
+            status=job.status,
+            conclusion=job.conclusion,
+            created_at=job.created_at,
+            started_at=job.started_at or job.created_at,
+            completed_at=job.completed_at,
+            name=job.name,
+            steps=[],
+            check_run_url=f"{self.base_url}/repos/{r.full_name}/check-runs/{job.id}",
+            labels=list(job.labels),
+            runner_id=None if job.status == "queued" else 1,
+            runner_name=None if job.status == "queued" else "runner-1",
+            runner_group_id=None if job.status == "queued" else 1,
+            runner_group_name=None if job.status == "queued" else "Default",
+            workflow_name="kernelpro",
+        )
+        return body
+
+    def artifact_json(self, r: RepoState, run: RunState, a: ArtifactState) -> dict[str, Any]:
+        url = f"{self.base_url}/repos/{r.full_name}/actions/artifacts/{a.id}"
+        return {
+            "id": a.id,
+            "node_id": f"A_{a.id}",
+            "name": a.name,
+            "size_in_bytes": len(a.data),
+            "url": url,
+            "archive_download_url": url + "/zip",
+            "expired": a.expired,
+            "created_at": a.created_at,
+            "expires_at": "2099-01-01T00:00:00Z",
+            "updated_at": a.created_at,
+            "digest": "sha256:" + hashlib.sha256(a.data).hexdigest(),
+            "workflow_run": {
+                "id": run.id,
+                "repository_id": r.id,
+                "head_repository_id": r.id,
+                "head_branch": run.head_branch,
+                "head_sha": run.head_sha,
+            },  # fmt: skip
+        }
+
+    def _get_run(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
+        r, run = self._run(p)
+        return 200, self.run_json(r, run), {}
+
+    def _list_jobs(self, p: Mapping[str, str], q: Mapping[str, list[str]], b: Any) -> Result:
+        r, run = self._run(p)
+        # One attempt only in this fake: `latest` and `all` list the same jobs.
+        items = [self.job_json(r, run, j) for j in run.jobs]
+        chunk, headers = self._page(f"/repos/{r.full_name}/actions/runs/{run.id}/jobs", q, items)
+        return 200, {"total_count": len(items), "jobs": chunk}, headers
+
+    def _list_artifacts(self, p: Mapping[str, str], q: Mapping[str, list[str]], b: Any) -> Result:
+        r, run = self._run(p)
+        name = q.get("name", [None])[0]
+        items = [
+            self.artifact_json(r, run, a) for a in run.artifacts if name is None or a.name == name
+        ]
+        chunk, headers = self._page(
+            f"/repos/{r.full_name}/actions/runs/{run.id}/artifacts", q, items
+        )
+        return 200, {"total_count": len(items), "artifacts": chunk}, headers
+
+    def _artifact(self, r: RepoState, artifact_id: int) -> ArtifactState:
+        for run in self.runs.values():
+            if run.repo == r.full_name:
+                for a in run.artifacts:
+                    if a.id == artifact_id:
+                        return a
+        raise FakeError(404, "Not Found")
+
+    def _sign(self, artifact_id: int, expires: int) -> str:
+        msg = f"{artifact_id}:{expires}".encode()
+        return hmac.new(self._blob_secret, msg, hashlib.sha256).hexdigest()
+
+    def _download_artifact(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
+        r = self._repo(p)
+        a = self._artifact(r, int(p["artifact_id"]))
+        if p["archive_format"] != "zip":
+            raise FakeError(404, "Not Found")  # GitHub serves artifacts as zip only
+        if a.expired:
+            raise FakeError(410, "Artifact has expired")
+        # GitHub answers with a short-lived signed URL on its storage host.
+        expires = int(time.time()) + 60
+        location = f"{self.blob_url}/artifacts/{a.id}.zip?{urlencode({'se': expires, 'sig': self._sign(a.id, expires)})}"
+        return 302, None, {"Location": location}
+
+    def _blob_get(self, target: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        with self._lock:
+            self.blob_requests.append((target, dict(headers)))
+            if "authorization" in headers:
+                self.errors.append(f"GET {target} (blob storage): sent an Authorization header; the "
+                                   "signed URL needs none, and the GitHub token must not leave GitHub")  # fmt: skip
+                return 400, b"authorization header not allowed with a signed URL"
+            split = urlsplit(target)
+            m = re.fullmatch(r"/artifacts/(\d+)\.zip", split.path)
+            q = parse_qs(split.query)
+            try:
+                aid, expires, sig = int(m.group(1)) if m else -1, int(q["se"][0]), q["sig"][0]
+            except (KeyError, ValueError):
+                return 403, b"signature missing"
+            if not hmac.compare_digest(sig, self._sign(aid, expires)) or expires < time.time():
+                return 403, b"signature mismatch or expired"
+            for run in self.runs.values():
+                for a in run.artifacts:
+                    if a.id == aid:
+                        return 200, a.data
+            return 404, b"blob not found"

@@ -4,7 +4,10 @@ webhook payloads, and the real optimize loop on the CPU."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +49,10 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
+    """Indirect parameters ``{"prefix": "/api/v3"}`` (GitHub Enterprise Server's API path) or
+    ``{"head_repo": "mallory/demo"}`` (a pull request from a fork)."""
+    kw: dict[str, Any] = getattr(request, "param", {})
     src = make_demo_repo(tmp_path / "src")
     s = git.Repo(src)
     head, base = s.head.commit.hexsha, s.head.commit.parents[0].hexsha
@@ -56,10 +62,11 @@ def world(tmp_path: Path) -> Iterator[World]:
     s.git.push(str(origin), f"{base}:refs/heads/main", f"{head}:refs/heads/feature", f"{head}:refs/pull/1/head")
     checkout = tmp_path / "checkout"
     git.Repo.clone_from(origin.as_uri(), checkout, branch="main")
-    fake = FakeGitHub().start()
+    fake = FakeGitHub(prefix=kw.get("prefix", "")).start()
     fake.add_repo(REPO, sha=base)
     fake.link_git(REPO, origin)
-    fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice")
+    fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice",
+                  head_repo=kw.get("head_repo"))  # fmt: skip
     fake.set_role(REPO, "maint", "maintain")
     fake.set_role(REPO, "reader", "read")
     try:
@@ -77,7 +84,8 @@ def labeled(w: World, head: str | None = None) -> dict[str, Any]:
     p["pull_request"]["head"]["sha"] = head or w.head
     p["pull_request"]["base"]["sha"] = w.base
     if p["pull_request"]["head"].get("repo"):
-        p["pull_request"]["head"]["repo"]["full_name"] = REPO
+        head_repo = w.fake.repos[REPO].issues[1].pull.head_repo  # type: ignore[union-attr]
+        p["pull_request"]["head"]["repo"]["full_name"] = head_repo
     p["sender"]["login"] = "maint"
     assert validate_webhook("pull_request", "labeled", p) == []
     return p
@@ -107,7 +115,50 @@ def test_label_plans_the_changed_kernel(world: World) -> None:
     s = world.settings("pull_request", labeled(world))
     p = action.plan(s, world.checkout, world.fake.client())
     assert (p.run, p.targets, p.head_sha, p.base_sha) == (True, ("swiglu",), world.head, world.base)
-    assert any("<!-- kernelpro:progress -->" in b and "queued" in b.lower() for b in world.comments())
+    assert "Queued" in _sticky(world) and "Will be optimized: swiglu." in _sticky(world)
+    # The same event delivered twice: still one comment.
+    assert action.plan(s, world.checkout, world.fake.client()).run
+    assert len(world.comments()) == 1
+
+
+def test_changed_kernels_without_harness_are_named_next_to_the_targets(world: World, tmp_path: Path) -> None:
+    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
+    (tmp_path / "author" / "kernels" / "relu.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _relu(x_ptr, n, B: tl.constexpr):\n"
+        "    o = tl.program_id(0) * B + tl.arange(0, B)\n    tl.store(x_ptr + o, tl.maximum(tl.load(x_ptr + o), 0))\n")
+    author.index.add(["kernels/relu.py"])
+    author.index.commit("and a relu kernel nobody configured")
+    sha = author.head.commit.hexsha
+    author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    p = action.plan(world.settings("pull_request", labeled(world, head=sha)), world.checkout, world.fake.client())
+    assert p.run and p.targets == ("swiglu",)
+    body = _sticky(world)
+    assert "Will be optimized: swiglu." in body and "no harness" in body
+    assert "```yaml" in body and "_relu" in body and "kernels/relu.py" in body
+
+
+def test_candidates_failing_everywhere_leave_the_baseline_and_open_no_pr(world: World) -> None:
+    from test_bot_artifact import H200
+
+    out = world.tmp / "results" / "kernelpro-result-0"
+    shutil.copytree(H200, out)
+    data = json.loads((out / "summary.json").read_text())
+    t = data["targets"][0]
+    t.update(winner=None, gates=[], statuses={"PASSED": 1, "COMPILE_ERROR": 9, "RUNTIME_ERROR": 6},
+             stop_reason="budget spent (16 evaluations)",
+             curve=[{"evaluation": i + 1, "best_speedup": 1.0, "status": "PASSED" if i == 0 else "COMPILE_ERROR"}
+                    for i in range(16)])  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(data))
+    (out / "swiglu" / "patch.diff").unlink()
+    s = world.settings("pull_request", labeled(world), GITHUB_STEP_SUMMARY=str(world.tmp / "summary.md"))
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("comment-only:")
+    body = _sticky(world)
+    assert "the baseline stands" in body and "no candidate passed verification" in body
+    assert [i.number for i in world.fake.repos[REPO].issues.values() if i.pull] == [1]
+    assert "kernelpro/pr-1" not in git.Repo(world.origin).git.for_each_ref("--format=%(refname)")
+    assert "the PR's kernel stands" in (world.tmp / "summary.md").read_text()
 
 
 def test_a_push_after_the_label_is_not_approved(world: World) -> None:
@@ -151,7 +202,8 @@ def test_no_changed_kernel_says_so(world: World, tmp_path: Path) -> None:
 
 
 def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = world.settings("pull_request", labeled(world))
+    summary = world.tmp / "summary.md"
+    s = world.settings("pull_request", labeled(world), GITHUB_STEP_SUMMARY=str(summary))
     p = action.plan(s, world.checkout, world.fake.client())
     assert p.run
     monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
@@ -168,6 +220,8 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("created:")
+    # GITHUB_STEP_SUMMARY: optimize's report, then publish's table.
+    assert "## kernelpro" in summary.read_text() and "| `swiglu` | **" in summary.read_text()
     again = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                    push_url=world.origin.as_uri())  # fmt: skip
     assert again.startswith("updated:")  # the same event delivered twice: one branch, one PR
@@ -175,6 +229,24 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     assert len(pulls) == 1
     done = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
     assert len(done) == 1 and "/pull/" in done[0]
+    # A writer's /kernelpro retry updates that PR: no duplicate.
+    r = world.settings("issue_comment", retry(world, "maint"))
+    msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("updated:") and msg.endswith(f"/pull/{pulls[0].number}")
+    # A maintainer closes the follow-up PR unmerged: declined. The label's event again publishes nothing...
+    (old,) = pulls
+    world.fake.close_pull(REPO, old.number)
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("declined:") and "closed without merging" in _sticky(world)
+    # ...until a writer asks with /kernelpro retry: a new PR that links the declined one.
+    msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("created:")
+    (new,) = [i for i in world.fake.repos[REPO].issues.values()
+              if i.pull and i.pull.head_ref == "kernelpro/pr-1" and i.state == "open"]  # fmt: skip
+    assert new.number != old.number and (new.body or "").startswith(f"Supersedes #{old.number}")
 
 
 def test_a_kernel_without_harness_gets_a_config_snippet(world: World, tmp_path: Path) -> None:
@@ -209,3 +281,226 @@ def test_publish_acknowledges_a_retry_with_a_thumbs_up(world: World, monkeypatch
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("created:")
     assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
+
+
+def _second_target_on_base(w: World, tmp_path: Path) -> str:
+    """A new base commit whose configuration has two targets over the PR's kernel file."""
+    base = git.Repo.clone_from(w.origin.as_uri(), tmp_path / "maintainer", branch="main")
+    cfg = tmp_path / "maintainer" / ".kernelpro.yml"
+    text = cfg.read_text()
+    second = text[text.index("  - name: swiglu"):].replace("name: swiglu", "name: swiglu_big", 1)
+    cfg.write_text(text + second)
+    base.index.add([".kernelpro.yml"])
+    base.index.commit("a second target")
+    sha = base.head.commit.hexsha
+    base.git.push("origin", "main")
+    pull = w.fake.repos[REPO].issues[1].pull
+    assert pull is not None
+    pull.base_sha = sha
+    return sha
+
+
+def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan -> optimize (one of two targets for real) while the progress job watches -> publish."""
+    from kernelpro.bot.progress import is_live
+
+    base = _second_target_on_base(world, world.tmp)
+    p_ = labeled(world)
+    p_["pull_request"]["base"]["sha"] = base
+    env = {"GITHUB_RUN_ID": "77", "GITHUB_API_URL": world.fake.base_url}
+    s = world.settings("pull_request", p_, **env)
+
+
+    class PlanArgs:  # `kernelpro action plan`, which reaches GitHub through GITHUB_API_URL
+        checkout, out = str(world.checkout), str(world.tmp / "plan")
+
+    assert action.cmd_plan(PlanArgs, s) == 0
+    outputs = dict(line.split("=", 1) for line in (world.tmp / "github_output").read_text().splitlines())
+    assert outputs["run"] == "true" and json.loads(outputs["targets"]) == ["swiglu", "swiglu_big"]
+    assert json.loads(outputs["files"]) == {"swiglu": ["kernels/swiglu.py"], "swiglu_big": ["kernels/swiglu.py"]}
+    targets, files = action._plan_lists(outputs["targets"], outputs["files"])  # what the workflow passes
+    p = argparse.Namespace(base_sha=outputs["base_sha"], head_sha=outputs["head_sha"])
+    fake = world.fake
+    fake.add_run(REPO, head_sha=world.head, head_branch="feature", run_id=77)
+    jobs = {t: fake.add_job(77, f"optimize {t}") for t in targets}
+
+    # The optimize job of swiglu, for real (CPU); its artifact is what the progress job reads.
+    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
+    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
+    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+    out = world.tmp / "results" / "kernelpro-result-0"
+
+    class Args:
+        target, checkout = "swiglu", str(world.checkout)
+
+    Args.out = str(out)  # type: ignore[attr-defined]
+    assert action.cmd_optimize(Args, s) == 0
+    evaluations = json.loads((out / "summary.json").read_text())["targets"][0]["evaluations"]
+
+    seen: list[str] = []
+
+    def sticky_text() -> str:
+        (b,) = [b for b in world.comments() if b.startswith("<!-- kernelpro:progress -->")]
+        return b
+
+    steps = [
+        lambda: (fake.set_job(jobs["swiglu"], "in_progress"), fake.set_job(jobs["swiglu_big"], "in_progress")),
+        lambda: (fake.upload_artifact(77, "kernelpro-result-0", out), fake.set_job(jobs["swiglu"], "completed", "success")),
+        lambda: fake.set_job(jobs["swiglu_big"], "completed", "failure"),
+    ]
+
+    now = [0.0]
+
+    def sleep(interval: float) -> None:
+        seen.append(sticky_text())
+        now[0] += interval
+        steps.pop(0)()
+
+    queued = sticky_text()  # as plan left it
+    assert "Queued" in queued and is_live(queued, 77)
+    snap = action.watch_progress(s, targets, files, world.fake.client(), sleep=sleep, clock=lambda: now[0])
+    assert snap is not None and snap.finished and not steps
+    waiting, running, one_of_two = seen
+    assert "0/2 kernel(s) done" in waiting and "waiting for a GPU runner" in waiting
+    assert "0/2 kernel(s) done" in running and "running: swiglu, swiglu\\_big" in running
+    assert "1/2 kernel(s) done" in one_of_two and "running: swiglu\\_big" in one_of_two
+    assert f"Evaluations so far: {evaluations}" in one_of_two and f"| {evaluations} |" in one_of_two
+    assert "All 2 kernel(s) finished" in sticky_text() and "the job ended: failure" in sticky_text()
+
+    # publish writes the final state: done, with the follow-up PR; the live marker is gone.
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("created:")
+    done = sticky_text()
+    assert "**Done**" in done and "/pull/" in done and not is_live(done, 77)
+    # A late poll of the progress job leaves the final state alone.
+    n = len(world.fake.requests)
+    again = action.watch_progress(s, targets, files, world.fake.client(), sleep=sleep, clock=lambda: now[0])
+    assert again is not None and sticky_text() == done
+    assert not [r for r in world.fake.requests[n:] if r.method != "GET"]
+
+
+def _optimize(w: World, s: Settings, base: str, head: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The optimize job for swiglu, for real on the CPU (budget 3), into results/kernelpro-result-0."""
+    monkeypatch.setenv("KERNELPRO_BASE_SHA", base)
+    monkeypatch.setenv("KERNELPRO_HEAD_SHA", head)
+    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+    out = w.tmp / "results" / "kernelpro-result-0"
+    args = argparse.Namespace(target="swiglu", checkout=str(w.checkout), out=str(out))
+    assert action.cmd_optimize(args, s) == 0
+    return out
+
+
+def _sticky(w: World) -> str:
+    (body,) = [b for b in w.comments() if b.startswith("<!-- kernelpro:progress -->")]
+    return body
+
+
+FORK = {"head_repo": "mallory/demo"}
+
+
+@pytest.mark.parametrize("world", [FORK], indirect=True)
+def test_a_label_on_a_fork_does_not_run_and_says_why(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    s = world.settings("pull_request", labeled(world))
+    # GitHub gives a fork's pull_request event a read-only token: the comment is refused.
+    world.fake.fail_next("POST", r"/issues/1/comments$", 403)
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and "fork" in p.reason and "/kernelpro retry" in p.reason
+    assert world.comments() == []
+    assert "::notice title=kernelpro::" in capsys.readouterr().out
+    # Where the repository sends write tokens to fork workflows, the comment says it.
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert not p.run and "comes from a fork" in _sticky(world)
+
+
+@pytest.mark.parametrize("world", [FORK], indirect=True)
+def test_a_retry_on_a_fork_puts_the_patch_in_the_comment(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = retry(world, "maint", "/kernelpro retry --budget 3")
+    s = world.settings("issue_comment", payload)
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert p.run and p.head_sha == world.head  # fetched from refs/pull/1/head: the fork's commit
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+    assert msg.startswith("comment-only:") and "fork" in msg
+    body = _sticky(world)
+    assert "cannot push to" in body and "```diff\n--- a/kernels/swiglu.py" in body
+    heads = git.Repo(world.origin).git.for_each_ref("--format=%(refname)", "refs/heads")
+    assert "kernelpro/pr-1" not in heads  # no branch in the base repository
+    assert [i.number for i in world.fake.repos[REPO].issues.values() if i.pull] == [1]
+    assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
+
+
+@pytest.mark.parametrize("world", [{"prefix": "/api/v3"}], indirect=True)
+def test_github_enterprise_server_api_url(world: World) -> None:
+    assert world.fake.base_url.endswith("/api/v3")
+    s = world.settings("pull_request", labeled(world), GITHUB_API_URL=world.fake.base_url)
+    p = action.plan(s, world.checkout)  # the client is built from GITHUB_API_URL
+    assert p.run and p.targets == ("swiglu",)
+    assert world.fake.requests and "Queued" in _sticky(world)
+
+
+def test_safe_retries(world: World) -> None:
+    from github import Auth, Github, GithubException
+
+    gh = Github(base_url=world.fake.base_url, auth=Auth.Token("t"), retry=action.retry_policy(),
+                seconds_between_requests=None, seconds_between_writes=None)  # fmt: skip
+    fake, repo = world.fake, gh.get_repo(REPO)
+    fake.fail_next("GET", r"/pulls/1$", 502)
+    assert repo.get_pull(1).number == 1  # a GET is retried
+    c = fake.add_comment(REPO, 1, "x", user="github-actions[bot]")
+    fake.fail_next("PATCH", rf"/issues/comments/{c.id}$", 503)
+    repo.get_issue(1).get_comment(c.id).edit("y")  # so is a PATCH (it sets the whole body)
+    assert fake.comments[c.id].body == "y"
+    fake.fail_next("POST", r"/issues/1/comments$", 500)
+    with pytest.raises(GithubException) as e:
+        repo.get_issue(1).create_comment("once")
+    posts = [r for r in fake.requests if r.method == "POST" and r.path.endswith("/issues/1/comments")]
+    assert len(posts) == 1  # never repeated: GitHub may have created it
+    assert "server error" in action.explain(e.value, "commenting") and "rerun this job" in action.explain(e.value, "x")
+    fake.fail_next("POST", r"/reactions$", "rate-limit", retry_after=1)
+    start = time.monotonic()
+    repo.get_issue(1).get_comment(c.id).create_reaction("eyes")  # a rate-limited POST was not processed
+    assert time.monotonic() - start >= 0.9 and _reactions(world, c.id) == ["eyes"]
+    fake.fail_next("GET", r"/pulls/1$", 404)
+    with pytest.raises(GithubException) as e:
+        repo.get_pull(1)
+    assert "cannot see it" in action.explain(e.value, "reading the pull request")
+    assert sum(r.method == "GET" and r.path.endswith("/pulls/1") for r in fake.requests) == 3  # 404: once
+
+
+def test_github_errors_at_each_write_then_a_rerun_finishes(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = world.fake
+    payload = retry(world, "maint", "/kernelpro retry --budget 3")
+    s = world.settings("issue_comment", payload)
+    # plan: the sticky comment is needed, so its failure stops plan (and is said in a comment)...
+    fake.fail_next("POST", r"/issues/1/comments$", 422)
+    with pytest.raises(action.ActionError, match="planning failed: could not create the progress comment on #1: GitHub answered 422"):
+        action.plan(s, world.checkout, fake.client())
+    assert "**Stopped**" in _sticky(world) and "GitHub answered 422" in _sticky(world)
+    # ...the eyes reaction only acknowledges, so the rerun goes on without it.
+    fake.fail_next("POST", r"/issues/comments/\d+/reactions$", 500)
+    p = action.plan(s, world.checkout, fake.client())
+    assert p.run and "Queued" in _sticky(world)
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
+
+    def publish() -> str:
+        return action.publish_results(s, world.checkout, world.tmp / "results", fake.client(),
+                                      push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+
+    for method, path, status, said in [
+        ("POST", r"/repos/octo/demo/pulls$", 500, "opening the pull request"),
+        ("PATCH", r"/issues/comments/\d+$", 502, "the progress comment could not say so"),
+        ("PATCH", r"/pulls/\d+$", 422, "updating pull request"),
+    ]:
+        fake.fail_next(method, path, status)
+        with pytest.raises(action.ActionError, match=said):
+            publish()
+        assert str(status) in _sticky(world)  # said where the maintainer looks
+    fake.fail_next("POST", r"/issues/comments/\d+/reactions$", 403)
+    assert publish().startswith("updated:")  # a refused +1 does not fail a published run
+    assert publish().startswith("updated:")
+    bot_prs = [i for i in fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    assert len(bot_prs) == 1 and "**Done**" in _sticky(world) and "/pull/" in _sticky(world)
+    reactions = _reactions(world, payload["comment"]["id"])
+    assert reactions[-1] == "+1" and "confused" in reactions  # the failed runs said so too

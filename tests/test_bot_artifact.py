@@ -259,3 +259,60 @@ def test_bad_severity_refused(h200: Path) -> None:
         h200, lambda d: d["targets"][0]["baseline_analysis"]["findings"][0].update(severity="<b>")
     )
     refused(h200, "summary.json", "severity")
+
+
+# --------------------------------------------------------------------------- zip archives (progress job)
+
+
+def _zip(entries: dict[str, bytes], *, symlink: str | None = None) -> bytes:
+    import io
+    import stat as st
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+        if symlink:
+            info = zipfile.ZipInfo(symlink)
+            info.external_attr = (st.S_IFLNK | 0o777) << 16
+            z.writestr(info, "/etc/passwd")
+    return buf.getvalue()
+
+
+def test_extract_results_reads_only_what_publish_reads(h200: Path, tmp_path: Path) -> None:
+    from kernelpro.bot.artifact import extract_results
+
+    files = {p.relative_to(h200).as_posix(): p.read_bytes() for p in h200.rglob("*") if p.is_file()}
+    files["swiglu/journal.jsonl"] = b"{}\n" * 10  # traces and journals stay in the archive
+    out = extract_results(_zip(files), tmp_path / "x")
+    got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert got == ["summary.json", "swiglu/patch.diff", "swiglu/report.md"]
+    assert load_results(out, allowed_files=ALLOWED).targets[0].winner is not None
+
+
+@pytest.mark.parametrize(
+    ("entries", "symlink", "why"),
+    [
+        ({"../summary.json": b"{}"}, None, "not a plain relative path"),
+        ({"/etc/x": b""}, None, "not a plain relative path"),
+        ({}, "summary.json", "symbolic link"),
+        ({"summary.json": b" " * (MAX_SUMMARY_BYTES + 1)}, None, "more than the limit"),
+        ({"swiglu/patch.diff": b"x" * (MAX_PATCH_BYTES + 1)}, None, "more than the limit"),
+    ],
+)
+def test_extract_results_refuses_hostile_archives(
+    tmp_path: Path, entries: dict[str, bytes], symlink: str | None, why: str
+) -> None:
+    from kernelpro.bot.artifact import extract_results
+
+    with pytest.raises(ArtifactError, match=why):
+        extract_results(_zip(entries, symlink=symlink), tmp_path / "x")
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_extract_results_refuses_a_non_zip(tmp_path: Path) -> None:
+    from kernelpro.bot.artifact import extract_results
+
+    with pytest.raises(ArtifactError, match="not a readable zip archive"):
+        extract_results(b"PK\x03\x04 not really", tmp_path / "x")

@@ -252,3 +252,74 @@ def test_results_dir_is_not_touched(world: World, tmp_path_factory: pytest.TempP
     before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
     world.run(load_results(d, allowed_files=ALLOWED))
     assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+
+
+# --------------------------------------------------------------------------- a closed follow-up PR
+
+
+def test_closed_unmerged_is_declined_for_the_same_head(world: World, results: Results) -> None:
+    first = world.run(results)
+    (n,) = world.bot_pulls()
+    world.fake.close_pull(REPO, n)  # a maintainer closes it without merging
+    tip, writes = world.tip(), sum(r.method != "GET" for r in world.fake.requests)
+    again = world.run(results)  # the label again (or the same event redelivered) on the same head
+    assert again.action == "declined" and again.pr_url is None and f"#{n}" in again.reason
+    assert "/kernelpro retry" in again.reason
+    assert world.tip() == tip == first.commit  # nothing pushed
+    assert sum(r.method != "GET" for r in world.fake.requests) == writes  # nothing reopened
+    assert world.fake.repos[REPO].issues[n].state == "closed"
+
+
+def test_retry_after_a_decline_opens_a_new_pr_linking_the_old(world: World, results: Results) -> None:
+    world.run(results)
+    (old,) = world.bot_pulls()
+    world.fake.close_pull(REPO, old)
+    retry = world.run(results, retry=True)
+    assert retry.action == "created"
+    new = [n for n in world.bot_pulls() if n != old]
+    assert len(new) == 1 and retry.pr_url and retry.pr_url.endswith(f"/pull/{new[0]}")
+    body = world.fake.repos[REPO].issues[new[0]].body or ""
+    assert body.startswith(f"Supersedes #{old}, which was closed without merging")
+    assert world.fake.repos[REPO].issues[old].state == "closed"  # not reopened
+    assert world.tip() == retry.commit
+    # A second delivery of that retry updates the new PR: still one open follow-up PR.
+    assert world.run(results, retry=True).action == "updated"
+    assert [n for n in world.bot_pulls() if world.fake.repos[REPO].issues[n].state == "open"] == new
+
+
+def test_a_label_on_a_new_head_after_a_decline_publishes_again(
+    world: World, results: Results, tmp_path: Path
+) -> None:
+    world.run(results)
+    (old,) = world.bot_pulls()
+    world.fake.close_pull(REPO, old)
+    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
+    (tmp_path / "author" / "README.md").write_text("more docs\n")
+    author.index.add(["README.md"])
+    author.index.commit("docs")
+    author.git.push("origin", "feature")
+    p = world.run(results, pr_head_sha=author.head.commit.hexsha)
+    assert p.action == "created" and len(world.bot_pulls()) == 2
+
+
+def test_merged_is_done_and_a_retry_starts_a_fresh_pr(world: World, results: Results) -> None:
+    world.run(results)
+    (old,) = world.bot_pulls()
+    world.fake.close_pull(REPO, old, merged=True)
+    for retry in (False, True):  # a label run or a retry: both start fresh after a merge
+        p = world.run(results, retry=retry)
+        assert p.action in ("created", "updated")
+    new = [n for n in world.bot_pulls() if n != old]
+    assert len(new) == 1
+    assert (world.fake.repos[REPO].issues[new[0]].body or "").startswith(f"Follows #{old}, which was merged")
+
+
+def test_closed_pr_lookup_error_pushes_nothing(world: World, results: Results) -> None:
+    world.run(results)
+    (old,) = world.bot_pulls()
+    world.fake.close_pull(REPO, old)
+    tip = world.tip()
+    world.fake.fail_next("GET", r"/repos/acme/kernels/pulls$", 502, times=2)
+    with pytest.raises(PublishError, match="502.*nothing was pushed yet"):
+        world.run(results, retry=True)
+    assert world.tip() == tip

@@ -156,3 +156,36 @@ def test_rate_limit_injection(fake: FakeGitHub, gh: Github) -> None:
     with pytest.raises(GithubException) as missing:
         repo.get_collaborator_permission("alice")
     assert missing.value.status == 404
+
+
+def test_workflow_run_jobs_and_artifacts(fake: FakeGitHub, gh: Github, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import io
+    import zipfile
+
+    import requests
+
+    run = fake.add_run("o/r", head_sha=HEAD, head_branch="feat", run_id=99)
+    jobs = [fake.add_job(99, f"optimize k{i}") for i in range(3)]
+    fake.set_job(jobs[0], "completed", "success")
+    (tmp_path / "k0").mkdir()
+    (tmp_path / "k0" / "result.json").write_text("{}")
+    art = fake.upload_artifact(99, "kernelpro-result-0", tmp_path)
+    wr = gh.get_repo("o/r").get_workflow_run(99)
+    assert (wr.id, wr.head_sha, wr.status) == (run.id, HEAD, "in_progress")
+    listed = list(wr.jobs("latest"))  # per_page=2: two pages
+    assert [(j.name, j.status, j.conclusion) for j in listed] == [
+        ("optimize k0", "completed", "success"), ("optimize k1", "queued", None),
+        ("optimize k2", "queued", None)]  # fmt: skip
+    (a,) = list(wr.get_artifacts())
+    assert (a.id, a.name, a.expired) == (art.id, "kernelpro-result-0", False)
+    # The download: a 302 to the storage host, which needs no token.
+    r = requests.get(f"{fake.base_url}/repos/o/r/actions/artifacts/{a.id}/zip",
+                     headers={"Authorization": "Bearer t"}, allow_redirects=False, timeout=5)  # fmt: skip
+    assert r.status_code == 302 and r.headers["Location"].startswith(fake.blob_url)
+    blob = requests.get(r.headers["Location"], timeout=5)
+    assert zipfile.ZipFile(io.BytesIO(blob.content)).namelist() == ["k0/result.json"]
+    # Following the redirect with requests drops the token on the way (another port is another host).
+    assert requests.get(r.url, headers={"Authorization": "Bearer t"}, timeout=5).status_code == 200
+    assert all("authorization" not in h for _, h in fake.blob_requests)
+    bad = requests.get(f"{fake.base_url}/repos/o/r/actions/artifacts/{a.id}/tar", timeout=5)
+    assert bad.status_code == 404

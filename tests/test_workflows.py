@@ -86,7 +86,7 @@ def test_example_triggers_and_concurrency() -> None:
     assert doc["concurrency"]["cancel-in-progress"] is False
     group = doc["concurrency"]["group"]
     assert "github.event.pull_request.number || github.event.issue.number" in group
-    assert set(doc["jobs"]) == {"plan", "optimize", "publish"}
+    assert set(doc["jobs"]) == {"plan", "optimize", "progress", "publish"}
 
 
 def test_plan_is_trusted() -> None:
@@ -97,7 +97,7 @@ def test_plan_is_trusted() -> None:
         if step.get("uses", "").startswith("actions/checkout@"):
             # The default branch, never the pull request's head or merge commit.
             assert step["with"]["ref"] == "${{ github.event.repository.default_branch }}"
-    assert set(job["outputs"]) >= {"run", "targets", "head_sha"}
+    assert set(job["outputs"]) >= {"run", "targets", "head_sha", "files"}
     run = "\n".join(s.get("run", "") for s in job["steps"])
     assert 'kernelpro" action plan' in run
 
@@ -115,7 +115,36 @@ def test_optimize_is_read_only_and_runs_the_approved_head() -> None:
     assert '--target "$TARGET"' in optimize["run"]
     assert optimize["env"]["TARGET"] == "${{ matrix.target }}"
     assert "GITHUB_TOKEN" not in optimize["env"]
-    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in job["steps"])
+    # Results are uploaded by the job that made them, also after a failure, and before any GitHub
+    # write of this run's results (publish, which needs this job, is the first writer).
+    names = [s.get("uses", "") or s.get("run", "") for s in job["steps"]]
+    up = next(i for i, n in enumerate(names) if n.startswith("actions/upload-artifact@"))
+    assert up > next(i for i, n in enumerate(names) if "action optimize" in n)
+    assert job["steps"][up]["if"] == "${{ !cancelled() }}"
+    assert job["steps"][up]["with"]["name"] == "kernelpro-result-${{ strategy.job-index }}"
+    # The progress job finds each target's optimize job by this name (kernelpro.bot.progress).
+    from kernelpro.bot.progress import ARTIFACT_PREFIX, JOB_PREFIX
+
+    assert job["name"] == JOB_PREFIX + "${{ matrix.target }}"
+    assert job["steps"][up]["with"]["name"].startswith(ARTIFACT_PREFIX)
+
+
+def test_progress_is_trusted_and_cannot_push() -> None:
+    job = _example()["jobs"]["progress"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["needs"] == "plan" and job["if"] == "needs.plan.outputs.run == 'true'"
+    assert job["permissions"] == {"actions": "read", "pull-requests": "write"}
+    # No checkout at all, no secret: it reads the run through the API, artifacts as data.
+    assert not any(s.get("uses", "").startswith("actions/checkout@") for s in job["steps"])
+    assert "secrets." not in yaml.safe_dump(job)
+    step = next(s for s in job["steps"] if "action progress" in s.get("run", ""))
+    assert step["env"] == {"GITHUB_TOKEN": "${{ github.token }}",
+                           "TARGETS": "${{ needs.plan.outputs.targets }}",
+                           "FILES": "${{ needs.plan.outputs.files }}"}  # fmt: skip
+    assert '--targets="$TARGETS" --files="$FILES"' in step["run"]
+    # It must not hold publish back: publish needs optimize and plan only.
+    assert "progress" not in _example()["jobs"]["publish"]["needs"]
+    assert job["timeout-minutes"] > _example()["jobs"]["optimize"]["timeout-minutes"]
 
 
 def test_llm_key_only_in_the_optimize_step() -> None:
@@ -151,7 +180,9 @@ def test_publish_runs_no_pull_request_code() -> None:
         s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@")
     )
     assert download["with"]["pattern"] == "kernelpro-result-*"
-    assert any("action publish --checkout . --results" in s.get("run", "") for s in job["steps"])
+    step = next(s for s in job["steps"] if "action publish --checkout . --results" in s.get("run", ""))
+    assert step["env"]["HEAD_SHA"] == "${{ needs.plan.outputs.head_sha }}"
+    assert '--head-sha="$HEAD_SHA"' in step["run"]
 
 
 def test_write_permissions_only_in_publish_and_plan() -> None:
@@ -164,7 +195,7 @@ def test_write_permissions_only_in_publish_and_plan() -> None:
             writes = {k for k, v in perms.items() if v == "write"}
             if path == EXAMPLE and name == "publish":
                 assert writes == {"contents", "pull-requests"}
-            elif path == EXAMPLE and name == "plan":
+            elif path == EXAMPLE and name in ("plan", "progress"):
                 assert writes == {"pull-requests"}
             else:
                 assert not writes, (path, name, perms)
@@ -174,7 +205,7 @@ def test_action_modes() -> None:
     doc = _load(ACTION)
     assert doc["runs"]["using"] == "composite"
     text = "\n".join(s.get("run", "") for s in doc["runs"]["steps"])
-    for mode in ("plan", "optimize", "publish"):
+    for mode in ("plan", "optimize", "progress", "publish"):
         assert f'"$kernelpro" action {mode}' in text
     assert "not available in this version" not in text
     step = next(s for s in doc["runs"]["steps"] if s.get("id") == "kernelpro")
