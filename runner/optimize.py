@@ -170,8 +170,10 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
 
 
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
-             *, base_solution: Solution | None = None, progress: ProgressFn | None = None) -> Result:  # fmt: skip
-    t0 = time.perf_counter()
+             *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
+             clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
+    """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own."""
+    t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
     if es.cache_dir is None:
@@ -231,7 +233,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     if not baseline.outcome.passed:
         stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
-                       head_checkout, settings, journal_torn=journal.skipped_lines)  # fmt: skip
+                       head_checkout, settings, journal_torn=journal.skipped_lines, clock=clock)  # fmt: skip
 
     analyses: dict[str, tuple[Profile, Analysis]] = {}
     tools = registry(settings.extra_tools)
@@ -275,7 +277,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         memory.observe(0, baseline, None, analyses[baseline_cand.key][1].findings)
 
     def bounded_eval(cand: Candidate) -> Scored | None:
-        if len(evaluated) >= budget or time.perf_counter() > deadline:
+        if len(evaluated) >= budget or clock() > deadline:
             return None
         before = state["best"]
         scored = record(cand, run_eval(cand))
@@ -317,12 +319,21 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             halted.append(str(e))
             return []
 
-    get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step)
+    # A resumed run rebuilds the search from its journal (parent links included) and goes on from there.
+    done = {baseline_cand.key, base_branch.candidate.key if base_branch is not None else ""}
+    history: list[Scored] = []
+    for e in journal:
+        if e.candidate.key not in done and len(evaluated) < budget:
+            done.add(e.candidate.key)
+            parent = next((x for x in evaluated if x.candidate.key == e.candidate.parent), None)
+            history.append(record(e.candidate, e.outcome))
+            memory.observe(len(evaluated) - 1, history[-1], parent)
+    get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step, history)
     if halted:
         stop = f"the programmer failed: {halted[0]}"
-    elif len(evaluated) < budget and time.perf_counter() <= deadline:
+    elif len(evaluated) < budget and clock() <= deadline:
         stop = "the programmer had nothing new to propose"
-    elif time.perf_counter() > deadline:
+    elif clock() > deadline:
         stop = f"time budget of {target.budget.minutes:g} min spent"
 
     ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0), key=lambda s: -s.speedup)
@@ -339,7 +350,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines)  # fmt: skip
+                   journal.skipped_lines, clock=clock)  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -356,9 +367,10 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
-            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0) -> Result:  # fmt: skip
+            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
+            clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    time.perf_counter() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
+                    clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.
