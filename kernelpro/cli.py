@@ -122,6 +122,13 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
     get_strategy(search)
     programmer = load_programmer(programmer_name, settings)
+    extractor = None
+    if memory and programmer_name == "llm":  # the configured model also keeps the search memory
+        from kernelpro.runner.extractor import LLMExtractor
+        from kernelpro.runner.programmers.llm import LLMProgrammer
+
+        assert isinstance(programmer, LLMProgrammer)
+        extractor = LLMExtractor(programmer.client, programmer.model)
     device = settings.resolved_device()
     out.mkdir(parents=True, exist_ok=True)
     changed = changed_files(repo, base, head)
@@ -169,7 +176,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress)  # fmt: skip
+                                  progress=progress, extractor=extractor)  # fmt: skip
             finally:
                 progress.close()
             reports.append((t_out / "report.md").read_text())

@@ -18,7 +18,7 @@ from typing import Any
 from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
-from .memory import SearchMemory
+from .memory import Extractor, SearchMemory
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
@@ -171,8 +171,9 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
 
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
              *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
-             clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
-    """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own."""
+             clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None) -> Result:  # fmt: skip
+    """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own. ``extractor``
+    keeps the search memory by an LLM call per iteration (None: by rules)."""
     t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
@@ -271,7 +272,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if base_prof is not None:
             analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
 
-    memory = SearchMemory(enabled=settings.memory)
+    memory = SearchMemory(enabled=settings.memory, extractor=extractor)
     memory.key_files(target.files, target.entry_point)
     if baseline_cand.key in analyses:
         memory.observe(0, baseline, None, analyses[baseline_cand.key][1].findings)
@@ -308,8 +309,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     halted: list[str] = []
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
-        if halted:
-            return []
+        if halted or len(evaluated) >= budget or clock() > deadline:
+            return []  # nothing could be evaluated: spare the programmer (and an LLM's tokens) the call
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
             return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
