@@ -50,6 +50,7 @@ from ..search import Scored
 from ..tools import ALL_CLASSES, CLASSES, Analysis, ProfilingTool, registry, render
 from ..trace import Solution, SourceFile
 from . import Context, PluginError
+from .arch import arch_of
 from .codesearch import CodeSearch, CodeSearchError, Session
 
 if TYPE_CHECKING:
@@ -93,23 +94,12 @@ _FENCE_LANG = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".
 _FENCE_TAGS = {"python": {"python", "py", "python3", ""}, "cuda": {"cuda", "cu", "cpp", "c++", "c", ""},
                "cpp": {"cpp", "c++", "cc", "c", "cuda", ""}}  # fmt: skip
 
-# Hopper facts for the prompt. Bandwidth and SM counts are the SXM parts' datasheet values.
-_HOPPER_COMMON = (
-    "Hopper (sm_90) has warpgroup MMA (wgmma) and the Tensor Memory Accelerator (TMA) for bulk async "
-    "global<->shared copies; up to 228 KB of shared memory per SM, 50 MB of L2.",
-)
-_HOPPER_TRITON = (
-    "In Triton, tl.dot lowers to wgmma when tiles are large enough (BLOCK_M >= 64, num_warps a multiple "
-    "of 4); num_stages pipelines the loads; recent Triton versions expose TMA through tensor descriptors.",
-)
-_HOPPER_CUDA = (
-    "In CUDA, reach wgmma and TMA through CuTe/CUTLASS or PTX (wgmma.mma_async, cp.async.bulk.tensor); "
-    "thread block clusters share distributed shared memory.",
-)
+# Datasheet lines for the parts we know (SXM parts); the architecture notes come from arch.py.
 _GPU_FACTS = {  # first match wins: GH200 before H200
     "GH200": "132 SMs, ~4 TB/s HBM3 (96 GB) or ~4.9 TB/s HBM3e (144 GB), ~989 dense BF16 TFLOP/s.",
     "H200": "132 SMs, ~4.8 TB/s HBM3e (141 GB), ~989 dense BF16 TFLOP/s.",
     "H100": "132 SMs (SXM; 114 on PCIe), ~3.35 TB/s HBM3 (80 GB; ~2 TB/s on PCIe), ~989 dense BF16 TFLOP/s.",
+    "A100": "108 SMs, ~2 TB/s HBM2e (80 GB; ~1.6 TB/s for 40 GB), ~312 dense BF16 TFLOP/s.",
 }
 _MEMORY_BOUND = (
     "A memory-bound kernel should approach the HBM bandwidth: wide coalesced loads (16 bytes per thread), "
@@ -118,13 +108,16 @@ _MEMORY_BOUND = (
 
 
 def gpu_hint(gpu_name: str, language: str) -> list[str]:
-    """Short GPU-aware notes for the prompt; empty for GPUs we have no notes about."""
+    """GPU-aware notes for the prompt: the part's datasheet line, its architecture with the tensor-core
+    instruction shapes and memory features, and how the kernel's language reaches them; empty for GPUs
+    we have no notes about."""
+    a = arch_of(gpu_name)
+    if a is None:
+        return []
     upper = gpu_name.upper()
-    for key, facts in _GPU_FACTS.items():
-        if key in upper:
-            lang = _HOPPER_TRITON if language == "triton" else _HOPPER_CUDA if language in ("cuda", "cpp") else ()
-            return [f"{key}: {facts}", *_HOPPER_COMMON, *lang, *_MEMORY_BOUND]
-    return []
+    sku = next((f"{key}: {facts}" for key, facts in _GPU_FACTS.items() if key in upper), None)
+    return [*([sku] if sku else []), f"Architecture: {a.name}, compile target {a.sm}.", *a.notes(language),
+            *_MEMORY_BOUND]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- reactive tools
