@@ -92,6 +92,8 @@ class Entry:
     """The fact, one line."""
     evaluation: int
     """Evaluation index it came from (0 = before the search)."""
+    by: str = "rules"
+    """Who extracted it: 'rules' or 'llm' (model-written text: untrusted)."""
 
 
 def _first_error_line(log: str) -> str:
@@ -119,13 +121,13 @@ class SearchMemory:
     extraction_failures: int = 0
     """Extractions that failed and fell back to the rules."""
 
-    def add(self, section: str, text: str, evaluation: int) -> None:
+    def add(self, section: str, text: str, evaluation: int, by: str = "rules") -> None:
         if not self.enabled or not text or section not in SECTIONS:
             return
         norm = text.casefold()
         if any(e.section == section and e.text.casefold() == norm for e in self.entries):
             return
-        self.entries.append(Entry(section, text, evaluation))
+        self.entries.append(Entry(section, text, evaluation, by))
         mine = [e for e in self.entries if e.section == section]
         if len(mine) > MAX_SECTION_ENTRIES:
             self.entries.remove(mine[0])
@@ -159,7 +161,7 @@ class SearchMemory:
         last = batch[-1].index
         for section, items in found.items():
             for item in list(items)[:MAX_NEW_PER_CALL]:
-                self.add(section, clean(item), last)
+                self.add(section, clean(item), last, "llm")
 
     def _rules(self, index: int, child: Scored, parent: Scored | None, findings: Iterable[Any] = ()) -> None:
         note = child.candidate.note or child.candidate.solution.name
@@ -202,4 +204,4 @@ class SearchMemory:
 
     def to_json(self) -> list[dict[str, Any]]:
         self.flush()
-        return [{"section": e.section, "text": e.text, "evaluation": e.evaluation} for e in self.entries]
+        return [{"section": e.section, "text": e.text, "evaluation": e.evaluation, "by": e.by} for e in self.entries]

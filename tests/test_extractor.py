@@ -142,5 +142,7 @@ def test_the_loop_extracts_between_iterations_and_the_next_prompt_has_it(
     assert "candidates" in server.requests[0].text() and "search memory" in server.requests[1].text()
     assert "BLOCK_SIZE 64->512 made it 8x faster" in server.requests[2].text()
     assert "Propose 1 candidate" in server.requests[3].text()
-    assert {"section": "successful_patterns", "text": "BLOCK_SIZE 64->512 made it 8x faster", "evaluation": 1} in \
-        list(result.memory)
+    assert {"section": "successful_patterns", "text": "BLOCK_SIZE 64->512 made it 8x faster", "evaluation": 1,
+            "by": "llm"} in list(result.memory)  # fmt: skip
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "successful_patterns (evaluation 1, extracted by the model): BLOCK_SIZE 64->512 made it 8x faster" in report
