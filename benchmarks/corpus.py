@@ -779,6 +779,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-sweep", action="store_true", help="only the end-to-end runs")
     p.add_argument("--sweep-json", help="with --no-sweep: an earlier run's corpus.json, so the end-to-end table "
                    "can compare the winner with the measured sweep")  # fmt: skip
+    p.add_argument("--minutes", type=float, default=8.0, help="start no new kernel (nor end-to-end run) after this "
+                   "many minutes, so the tables are printed inside a 10-minute command limit (default 8)")  # fmt: skip
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--tiny", action="store_true", help="the local two-configuration kernel instead of the corpus")
     args = p.parse_args(argv)
@@ -810,6 +812,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         for kernel in kernels:
             if args.no_sweep and kernel.name not in e2e_names:
+                continue
+            if time.perf_counter() - T0 > args.minutes * 60:
+                say(f"{kernel.name}: skipped, past --minutes {args.minutes:g}")
+                rows.append({"kernel": kernel.name, "pr": kernel.key(kernel.pr), "error": "skipped: out of time"})
                 continue
             row: dict[str, Any] = earlier.get(kernel.name, {"kernel": kernel.name, "pr": kernel.key(kernel.pr)})
             if not args.no_sweep:

@@ -151,3 +151,11 @@ def test_roofline_floor_uses_the_h200_ceilings(corpus: ModuleType, capsys: pytes
     corpus.print_tables([row], 30)
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| liger_swiglu | pr |"))
     assert line.rstrip(" |").split("|")[-1].strip() == f"{100 * floor / row['searches'][0]['best_ms']:.0f}"
+
+
+def test_out_of_time_kernels_are_skipped_and_the_tables_still_print(
+        corpus: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    assert corpus.main(["--device", "cpu", "--tiny", "--minutes", "0", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "corpus.json").read_text())["rows"]
+    assert row["error"] == "skipped: out of time"
+    assert "| tiny_scale | | skipped: out of time |" in capsys.readouterr().out
