@@ -834,6 +834,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             (out / "corpus.json").write_text(json.dumps({"hardware": hardware, "device": args.device,
                                                          "budget": args.budget, "rows": rows}, indent=1) + "\n")  # fmt: skip
+    (out / "corpus.json").write_text(json.dumps({"hardware": hardware, "device": args.device, "budget": args.budget,
+                                                 "rows": rows}, indent=1) + "\n")  # fmt: skip
     print_tables(rows, args.budget)
     say(f"done; JSON in {out / 'corpus.json'}")
     return 0
