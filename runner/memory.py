@@ -6,14 +6,18 @@ profiler findings), so the memory is deterministic and is rebuilt exactly when a
 its journal. With an ``Extractor`` (an LLM, runner/extractor.py), the evaluations of one iteration
 are queued and extracted by one call when the memory is next read, that is before the next prompt;
 its answer is merged (deduplicated, each entry one bounded line, each section bounded). A failed
-call falls back to the rules for that iteration and is logged; it never stops the search.
+call falls back to the rules for that iteration and is logged; it never stops the search. The
+model's entries cannot be recomputed, so they are appended to a journal of their own as they come
+(``journal``), and a resumed run restores them instead of asking again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from .search import Scored
@@ -120,6 +124,28 @@ class SearchMemory:
     """Evaluations since the last extraction (with an extractor)."""
     extraction_failures: int = 0
     """Extractions that failed and fell back to the rules."""
+    journal: Path | None = None
+    """Where entries are appended as they come (JSON lines), so a resumed run keeps the model's ones."""
+    context: str = ""
+    """Key of the evaluation context: a journal line of another context is not restored."""
+
+    def restore(self) -> int:
+        """Load the entries of an earlier run of this context; how many were restored."""
+        if not self.enabled or self.journal is None or not self.journal.exists():
+            return 0
+        n = 0
+        for line in self.journal.read_text().splitlines():
+            try:
+                d = json.loads(line)
+                if d["context"] != self.context:
+                    continue
+                entry = Entry(str(d["section"]), str(d["text"]), int(d["evaluation"]), str(d.get("by", "llm")))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a kill
+            if entry.section in SECTIONS and entry not in self.entries:
+                self.entries.append(entry)
+                n += 1
+        return n
 
     def add(self, section: str, text: str, evaluation: int, by: str = "rules") -> None:
         if not self.enabled or not text or section not in SECTIONS:
@@ -128,6 +154,11 @@ class SearchMemory:
         if any(e.section == section and e.text.casefold() == norm for e in self.entries):
             return
         self.entries.append(Entry(section, text, evaluation, by))
+        if self.journal is not None:
+            from .trace import append_jsonl
+
+            append_jsonl(self.journal, [{"context": self.context, "section": section, "text": text,
+                                         "evaluation": evaluation, "by": by}])  # fmt: skip
         mine = [e for e in self.entries if e.section == section]
         if len(mine) > MAX_SECTION_ENTRIES:
             self.entries.remove(mine[0])

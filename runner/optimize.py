@@ -272,9 +272,11 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if base_prof is not None:
             analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
 
-    memory = SearchMemory(enabled=settings.memory, extractor=extractor)
+    memory = SearchMemory(enabled=settings.memory, extractor=extractor, context=ctx_key,
+                          journal=out_dir / "memory.jsonl" if extractor is not None else None)  # fmt: skip
+    restored = memory.restore()
     memory.key_files(target.files, target.entry_point)
-    if baseline_cand.key in analyses:
+    if baseline_cand.key in analyses and not restored:
         memory.observe(0, baseline, None, analyses[baseline_cand.key][1].findings)
 
     def bounded_eval(cand: Candidate) -> Scored | None:
@@ -328,7 +330,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             done.add(e.candidate.key)
             parent = next((x for x in evaluated if x.candidate.key == e.candidate.parent), None)
             history.append(record(e.candidate, e.outcome))
-            memory.observe(len(evaluated) - 1, history[-1], parent)
+            if not restored:  # the model's entries came back from memory.jsonl: no need to ask again
+                memory.observe(len(evaluated) - 1, history[-1], parent)
     get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step, history)
     if halted:
         stop = f"the programmer failed: {halted[0]}"

@@ -146,3 +146,41 @@ def test_the_loop_extracts_between_iterations_and_the_next_prompt_has_it(
             "by": "llm"} in list(result.memory)  # fmt: skip
     report = (tmp_path / "out" / "report.md").read_text()
     assert "successful_patterns (evaluation 1, extracted by the model): BLOCK_SIZE 64->512 made it 8x faster" in report
+
+
+def test_a_resumed_run_restores_the_models_memory_instead_of_asking_again(
+        server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import test_resume
+
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.programmers.llm import LLMProgrammer
+
+    monkeypatch.setattr("kernelpro.runner.optimize.evaluate", test_resume.Landscape())
+    target = test_resume._target(tmp_path)
+    src = (tmp_path / "k.py").read_text()
+
+    def cand(block: int) -> object:
+        return ok(json.dumps({"candidates": [{"strategy": f"BLOCK_SIZE {block}", "files": [
+            {"path": "k.py", "content": src.replace("BLOCK_SIZE = 64", f"BLOCK_SIZE = {block}")}]}]}))  # fmt: skip
+
+    client = openai.OpenAI(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=10)
+
+    def run(budget: int) -> object:
+        rs = RunSettings(search="greedy", budget=budget, per_step=1, evaluation=EvalSettings(device="cpu"), gate_top=0)
+        return optimize(target, tmp_path, tmp_path / "out", LLMProgrammer(client, MODEL, max_tokens=1000), rs,
+                        extractor=LLMExtractor(client, MODEL))  # fmt: skip
+
+    server.script(cand(512), ok(_answer(successful_patterns=["512 beat 64"])), cand(1024),
+                  ok(_answer(successful_patterns=["1024 beat 512"])))  # fmt: skip
+    run(3)
+    assert len(server.requests) == 4
+    # The rerun asks the programmer once, with the restored memory, then extracts only the new evaluation.
+    server.script(cand(2048), ok(_answer(learnings=["2048 changed little"])))
+    result = run(4)
+    assert len(server.requests) == 6
+    assert "512 beat 64" in server.requests[4].text() and "1024 beat 512" in server.requests[4].text()
+    extraction = server.requests[5].text().split("## The latest iteration")[1]
+    assert "BLOCK_SIZE 2048" in extraction and extraction.count('"evaluation":') == 1  # the new one only
+    texts = [e["text"] for e in result.memory]  # type: ignore[attr-defined]
+    assert texts.count("512 beat 64") == 1 and "2048 changed little" in texts
