@@ -110,7 +110,7 @@ def _print_snippet(kernels: list[Any], snippet: Any) -> None:
 
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
-                 tool_mode: str = "proactive", memory: bool = True) -> int:  # fmt: skip
+                 tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None) -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
@@ -122,6 +122,13 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
     get_strategy(search)
     programmer = load_programmer(programmer_name, settings)
+    extractor = None
+    if memory and programmer_name == "llm":  # the configured model also keeps the search memory
+        from kernelpro.runner.extractor import LLMExtractor
+        from kernelpro.runner.programmers.llm import LLMProgrammer
+
+        assert isinstance(programmer, LLMProgrammer)
+        extractor = LLMExtractor(programmer.client, programmer.model)
     device = settings.resolved_device()
     out.mkdir(parents=True, exist_ok=True)
     changed = changed_files(repo, base, head)
@@ -168,11 +175,12 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                 except (OSError, ValueError):
                     base_solution = None
             rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
-                             tool_mode=tool_mode, extra_tools=extra_tools, memory=memory)  # fmt: skip
+                             tool_mode=tool_mode, extra_tools=extra_tools, memory=memory,
+                             per_step=candidates or RunSettings.per_step)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress)  # fmt: skip
+                                  progress=progress, extractor=extractor)  # fmt: skip
             finally:
                 progress.close()
             reports.append((t_out / "report.md").read_text())
@@ -192,13 +200,17 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    if args.candidates is not None and not 1 <= args.candidates <= 64:
+        print(f"--candidates {args.candidates}: give between 1 and 64 candidates per expansion", file=sys.stderr)
+        return 2
     if args.tools == "reactive" and args.feedback != "tools":
         print(f"--tools reactive offers the tools' findings; it needs --feedback tools, not {args.feedback}",
               file=sys.stderr)  # fmt: skip
         return 2
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
                         budget=args.budget, programmer_name=args.programmer, search=args.search,
-                        feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on")  # fmt: skip
+                        feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
+                        candidates=args.candidates)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -362,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--programmer llm)")  # fmt: skip
     o.add_argument("--memory", default="on", choices=("on", "off"),
                    help="keep a search memory and show it to the programmer (default on)")
+    o.add_argument("--candidates", type=int, metavar="N",
+                   help="candidates the programmer writes per expansion (default 4)")
     o.set_defaults(fn=cmd_optimize)
 
     tl = sub.add_parser("tools", help="the micro-profiling tools")

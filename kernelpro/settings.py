@@ -45,6 +45,8 @@ class Settings:
     """The approving label (KERNELPRO_LABEL)."""
     bot_login: str = "github-actions[bot]"
     """Login the bot's own comments come from (KERNELPRO_BOT_LOGIN)."""
+    cutlass_dir: str | None = None
+    """A local CUTLASS/CuTe checkout the llm programmer may search (KERNELPRO_CUTLASS_DIR); None: no code search."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -68,6 +70,7 @@ class Settings:
             run_id=e.get("GITHUB_RUN_ID", ""),
             label=e.get("KERNELPRO_LABEL", "optimize-kernels"),
             bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
+            cutlass_dir=e.get("KERNELPRO_CUTLASS_DIR") or None,
         )
 
     def resolved_device(self) -> str:

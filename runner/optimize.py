@@ -19,7 +19,7 @@ from .candidate import Candidate
 from .cubin import BuildPool, cache_root
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
-from .memory import SearchMemory
+from .memory import Extractor, SearchMemory
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
@@ -171,8 +171,11 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
 
 
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
-             *, base_solution: Solution | None = None, progress: ProgressFn | None = None) -> Result:  # fmt: skip
-    t0 = time.perf_counter()
+             *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
+             clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None) -> Result:  # fmt: skip
+    """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own. ``extractor``
+    keeps the search memory by an LLM call per iteration (None: by rules)."""
+    t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
     if es.cache_dir is None:
@@ -239,7 +242,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     if not baseline.outcome.passed:
         stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
-                       head_checkout, settings, journal_torn=journal.skipped_lines)  # fmt: skip
+                       head_checkout, settings, journal_torn=journal.skipped_lines, clock=clock)  # fmt: skip
 
     analyses: dict[str, tuple[Profile, Analysis]] = {}
     tools = registry(settings.extra_tools)
@@ -278,13 +281,15 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if base_prof is not None:
             analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
 
-    memory = SearchMemory(enabled=settings.memory)
+    memory = SearchMemory(enabled=settings.memory, extractor=extractor, context=ctx_key,
+                          journal=out_dir / "memory.jsonl" if extractor is not None else None)  # fmt: skip
+    restored = memory.restore()
     memory.key_files(target.files, target.entry_point)
-    if baseline_cand.key in analyses:
+    if baseline_cand.key in analyses and not restored:
         memory.observe(0, baseline, None, analyses[baseline_cand.key][1].findings)
 
     def bounded_eval(cand: Candidate) -> Scored | None:
-        if len(evaluated) >= budget or time.perf_counter() > deadline:
+        if len(evaluated) >= budget or clock() > deadline:
             return None
         before = state["best"]
         scored = record(cand, run_eval(cand))
@@ -317,9 +322,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     builds = BuildPool(cache_root(es.cache_dir)) if target.language == "cuda" and es.cache_dir is not None else None
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
-        # Nothing could be evaluated: asking would only spend a model call.
-        if halted or len(evaluated) >= budget or time.perf_counter() > deadline:
-            return []
+        if halted or len(evaluated) >= budget or clock() > deadline:
+            return []  # nothing could be evaluated: spare the programmer (and an LLM's tokens) the call
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
             cands = programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
@@ -332,16 +336,26 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             halted.append(str(e))
             return []
 
+    # A resumed run rebuilds the search from its journal (parent links included) and goes on from there.
+    done = {baseline_cand.key, base_branch.candidate.key if base_branch is not None else ""}
+    history: list[Scored] = []
+    for e in journal:
+        if e.candidate.key not in done and len(evaluated) < budget:
+            done.add(e.candidate.key)
+            parent = next((x for x in evaluated if x.candidate.key == e.candidate.parent), None)
+            history.append(record(e.candidate, e.outcome))
+            if not restored:  # the model's entries came back from memory.jsonl: no need to ask again
+                memory.observe(len(evaluated) - 1, history[-1], parent)
     try:
-        get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step)
+        get_strategy(settings.search)(baseline, propose, bounded_eval, settings.per_step, history)
     finally:
         if builds is not None:
             builds.close()
     if halted:
         stop = f"the programmer failed: {halted[0]}"
-    elif len(evaluated) < budget and time.perf_counter() <= deadline:
+    elif len(evaluated) < budget and clock() <= deadline:
         stop = "the programmer had nothing new to propose"
-    elif time.perf_counter() > deadline:
+    elif clock() > deadline:
         stop = f"time budget of {target.budget.minutes:g} min spent"
 
     ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0), key=lambda s: -s.speedup)
@@ -358,7 +372,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines)  # fmt: skip
+                   journal.skipped_lines, clock=clock)  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -375,9 +389,10 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
-            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0) -> Result:  # fmt: skip
+            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
+            clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    time.perf_counter() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
+                    clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -151,8 +151,10 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
         monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
         monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
         out = tmp_path / "out"
+        # Memory off: with it on, the model would also be asked to extract the search memory.
         rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                   "--programmer", "llm", "--search", "greedy", "--budget", "2", "--tools", "reactive"])  # fmt: skip
+                   "--programmer", "llm", "--search", "greedy", "--budget", "2", "--tools", "reactive",
+                   "--memory", "off"])  # fmt: skip
     finally:
         fake.stop()
     assert rc == 0

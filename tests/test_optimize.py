@@ -215,7 +215,10 @@ def test_llm_programmer_end_to_end_through_the_cli(tmp_path: Path, monkeypatch: 
     ]}  # fmt: skip
     fake = FakeOpenAI().start()
     try:
-        fake.script(ok(json.dumps(answer)), ok(json.dumps({"candidates": []})))
+        # The candidates, then (the budget spent, no further expansion) the memory extraction of that iteration.
+        memory = {"successful_patterns": ["BLOCK_SIZE 64->1024 with 4 warps is faster"],
+                  "errors_corrections": ["dropping the silu gate is INCORRECT_NUMERICAL"]}  # fmt: skip
+        fake.script(ok(json.dumps(answer)), ok(json.dumps(memory)))
         monkeypatch.setenv("KERNELPRO_LLM_BASE_URL", fake.url)
         monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
         monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
@@ -231,6 +234,8 @@ def test_llm_programmer_end_to_end_through_the_cli(tmp_path: Path, monkeypatch: 
     # The key went to the endpoint only: never into a prompt.
     assert all(API_KEY not in r.text() for r in fake.requests)
     assert "BLOCK_SIZE = 64" in fake.requests[0].text()
+    assert "search memory" in fake.requests[1].text() and "INCORRECT_NUMERICAL" in fake.requests[1].text()
+    assert {"successful_patterns", "errors_corrections"} <= {e["section"] for e in result["memory"]}
 
 
 def test_llm_bad_key_stops_the_search_and_keeps_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,11 @@ the finding (or "no problem found") goes back as a ``tool`` message; after at mo
 turns of calls the model is asked for its candidates without tools. The tools it called are recorded
 in each candidate's params["tools_called"].
 
+With a local CUTLASS/CuTe checkout (KERNELPRO_CUTLASS_DIR), code-search functions are offered in
+every tool mode (runner/programmers/codesearch.py: grep, read file, list directory, a shared-memory
+layout check compiled by nvcc), each with a budget per expansion; the calls are recorded in each
+candidate's params["code_search"].
+
 The API key lives in the client only: it is never written into a prompt or a candidate.
 """
 
@@ -26,9 +31,11 @@ import json
 import logging
 import posixpath
 import re
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -43,6 +50,8 @@ from ..search import Scored
 from ..tools import ALL_CLASSES, CLASSES, Analysis, ProfilingTool, registry, render
 from ..trace import Solution, SourceFile
 from . import Context, PluginError
+from .arch import arch_of
+from .codesearch import CodeSearch, CodeSearchError, Session
 
 if TYPE_CHECKING:
     from kernelpro.settings import Settings
@@ -85,23 +94,12 @@ _FENCE_LANG = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".
 _FENCE_TAGS = {"python": {"python", "py", "python3", ""}, "cuda": {"cuda", "cu", "cpp", "c++", "c", ""},
                "cpp": {"cpp", "c++", "cc", "c", "cuda", ""}}  # fmt: skip
 
-# Hopper facts for the prompt. Bandwidth and SM counts are the SXM parts' datasheet values.
-_HOPPER_COMMON = (
-    "Hopper (sm_90) has warpgroup MMA (wgmma) and the Tensor Memory Accelerator (TMA) for bulk async "
-    "global<->shared copies; up to 228 KB of shared memory per SM, 50 MB of L2.",
-)
-_HOPPER_TRITON = (
-    "In Triton, tl.dot lowers to wgmma when tiles are large enough (BLOCK_M >= 64, num_warps a multiple "
-    "of 4); num_stages pipelines the loads; recent Triton versions expose TMA through tensor descriptors.",
-)
-_HOPPER_CUDA = (
-    "In CUDA, reach wgmma and TMA through CuTe/CUTLASS or PTX (wgmma.mma_async, cp.async.bulk.tensor); "
-    "thread block clusters share distributed shared memory.",
-)
+# Datasheet lines for the parts we know (SXM parts); the architecture notes come from arch.py.
 _GPU_FACTS = {  # first match wins: GH200 before H200
     "GH200": "132 SMs, ~4 TB/s HBM3 (96 GB) or ~4.9 TB/s HBM3e (144 GB), ~989 dense BF16 TFLOP/s.",
     "H200": "132 SMs, ~4.8 TB/s HBM3e (141 GB), ~989 dense BF16 TFLOP/s.",
     "H100": "132 SMs (SXM; 114 on PCIe), ~3.35 TB/s HBM3 (80 GB; ~2 TB/s on PCIe), ~989 dense BF16 TFLOP/s.",
+    "A100": "108 SMs, ~2 TB/s HBM2e (80 GB; ~1.6 TB/s for 40 GB), ~312 dense BF16 TFLOP/s.",
 }
 _MEMORY_BOUND = (
     "A memory-bound kernel should approach the HBM bandwidth: wide coalesced loads (16 bytes per thread), "
@@ -110,13 +108,16 @@ _MEMORY_BOUND = (
 
 
 def gpu_hint(gpu_name: str, language: str) -> list[str]:
-    """Short GPU-aware notes for the prompt; empty for GPUs we have no notes about."""
+    """GPU-aware notes for the prompt: the part's datasheet line, its architecture with the tensor-core
+    instruction shapes and memory features, and how the kernel's language reaches them; empty for GPUs
+    we have no notes about."""
+    a = arch_of(gpu_name)
+    if a is None:
+        return []
     upper = gpu_name.upper()
-    for key, facts in _GPU_FACTS.items():
-        if key in upper:
-            lang = _HOPPER_TRITON if language == "triton" else _HOPPER_CUDA if language in ("cuda", "cpp") else ()
-            return [f"{key}: {facts}", *_HOPPER_COMMON, *lang, *_MEMORY_BOUND]
-    return []
+    sku = next((f"{key}: {facts}" for key, facts in _GPU_FACTS.items() if key in upper), None)
+    return [*([sku] if sku else []), f"Architecture: {a.name}, compile target {a.sm}.", *a.notes(language),
+            *_MEMORY_BOUND]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- reactive tools
@@ -187,8 +188,8 @@ class ToolBox:
                                  "mix, uninterpreted."))  # fmt: skip
         return out
 
-    def call(self, name: str) -> str:
-        """The content of the ``tool`` message that answers a call of ``name``."""
+    def call(self, name: str, arguments: str = "") -> str:
+        """The content of the ``tool`` message that answers a call of ``name`` (these take no arguments)."""
         if name == LIST_METRICS and self.metrics:
             self.called.append(name)
             return self.metrics
@@ -214,6 +215,30 @@ class ToolBox:
             finding = replace(finding, source=tool.source)
         # The same Markdown as a proactive prompt's finding (an empty Profile adds no metrics block).
         return render(Analysis(self.bottleneck, (finding,), (tool.name,)), Profile(), "tools")
+
+
+class Joined:
+    """The functions of one conversation: the profiling tools (reactive mode) and the code search."""
+
+    def __init__(self, box: ToolBox | None, code: Session | None) -> None:
+        self.box = box
+        self.code = code
+        self.done = False
+        """The tool-calling turns are over (answered, or the budget is spent)."""
+
+    @property
+    def names(self) -> list[str]:
+        return [*(self.box.names if self.box else []), *(self.code.names if self.code else [])]
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return [*(self.box.definitions() if self.box else []), *(self.code.definitions() if self.code else [])]
+
+    def call(self, name: str, arguments: str) -> str:
+        if self.code is not None and name in self.code.names:
+            return self.code.call(name, arguments)
+        if self.box is not None:
+            return self.box.call(name, arguments)
+        return f"There is no function {name!r}; the functions are {', '.join(self.names)}."
 
 
 def toolbox(context: Context) -> ToolBox | None:
@@ -255,8 +280,8 @@ def _log_tail(parent: Scored) -> str:
     return text or "(the log is empty)"
 
 
-def build_messages(parent: Scored, mode: str, n: int, context: Context,
-                   tool_rounds: int = DEFAULT_TOOL_ROUNDS) -> list[ChatCompletionMessageParam]:  # fmt: skip
+def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rounds: int = DEFAULT_TOOL_ROUNDS,
+                   code_tools: Sequence[str] = ()) -> list[ChatCompletionMessageParam]:  # fmt: skip
     """The system and user messages for one request. In reactive mode they hold no findings, and
     name the tools on offer instead."""
     target = context.target
@@ -265,6 +290,7 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context,
     box = toolbox(context)
     common = {
         "tools": box.names if box is not None else [],
+        "code_tools": list(code_tools),
         "language": language,
         "language_name": _LANGUAGE_NAMES.get(language, language),
         "entry_file": base.entry_file,
@@ -481,13 +507,16 @@ class LLMProgrammer:
     name = "llm"
 
     def __init__(self, client: openai.OpenAI, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 temperature: float | None = None, tool_rounds: int = DEFAULT_TOOL_ROUNDS) -> None:  # fmt: skip
+                 temperature: float | None = None, tool_rounds: int = DEFAULT_TOOL_ROUNDS,
+                 codesearch: CodeSearch | None = None) -> None:  # fmt: skip
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.tool_rounds = tool_rounds
         """Reactive mode: turns of tool calls before the model must answer."""
+        self.codesearch = codesearch
+        """A local CUTLASS/CuTe checkout offered through code-search functions; None: not offered."""
         # Adapted once per endpoint when it rejects them (reasoning models, servers without JSON mode,
         # servers that take JSON mode or tools but not both in one request).
         self._token_param = "max_tokens"
@@ -545,7 +574,7 @@ class LLMProgrammer:
             return Reply(choice.message.content or "", choice.finish_reason, tuple(calls))
         raise AssertionError("unreachable")  # each retry above flips a flag that cannot flip back
 
-    def _ask(self, conversation: list[ChatCompletionMessageParam], max_tokens: int, box: ToolBox | None,
+    def _ask(self, conversation: list[ChatCompletionMessageParam], max_tokens: int, box: Joined | None,
              n: int) -> Reply:  # fmt: skip
         """One answer. In reactive mode the first call lets the model call tools first: the calls and
         their results are appended to ``conversation``, so later attempts carry the evidence."""
@@ -561,8 +590,8 @@ class LLMProgrammer:
                 "role": "assistant", "content": reply.text or None,
                 "tool_calls": [{"id": i, "type": "function", "function": {"name": name, "arguments": args}}
                                for i, name, args in reply.calls]})  # fmt: skip
-            for call_id, name, _args in reply.calls:
-                conversation.append({"role": "tool", "tool_call_id": call_id, "content": box.call(name)})
+            for call_id, name, args in reply.calls:
+                conversation.append({"role": "tool", "tool_call_id": call_id, "content": box.call(name, args)})
             log.info("llm: the model called %s", ", ".join(name for _, name, _ in reply.calls))
         box.done = True
         log.info("llm: %d turns of tool calls spent; asking for the answer", self.tool_rounds)
@@ -634,8 +663,10 @@ class LLMProgrammer:
     def propose(self, parent: Scored, mode: str, n: int, context: Context) -> list[Candidate]:
         if n <= 0:
             return []
-        conversation = build_messages(parent, mode, n, context, self.tool_rounds)
-        box = toolbox(context)
+        code = self.codesearch.session() if self.codesearch is not None else None
+        conversation = build_messages(parent, mode, n, context, self.tool_rounds, code.names if code else ())
+        profiling = toolbox(context)
+        box = Joined(profiling, code) if profiling is not None or code is not None else None
         entry_file = parent.candidate.solution.entry_file
         best: list[Candidate] = []
         for i, (max_tokens, restart) in enumerate(self._attempts(n)):
@@ -655,8 +686,12 @@ class LLMProgrammer:
                             self.client.base_url, type(e).__name__, e)  # fmt: skip
                 break
             text, finish = reply.text, reply.finish
-            extra = {"tools_called": list(box.called) if box is not None else []} if _reactive(context) else None
-            found = self._candidates(parse_reply(text, entry_file), parent, mode, n, context, extra)
+            extra: dict[str, Any] = {}
+            if _reactive(context):
+                extra["tools_called"] = list(profiling.called) if profiling is not None else []
+            if code is not None:
+                extra["code_search"] = list(code.called)
+            found = self._candidates(parse_reply(text, entry_file), parent, mode, n, context, extra or None)
             if len(found) >= len(best):
                 best = found
             if finish != "length":
@@ -681,6 +716,12 @@ def make(settings: Settings) -> LLMProgrammer:
             f"vLLM or a gateway (default: {OPENAI_BASE_URL}). Or use --programmer tuner, which needs no model."
         )
     assert settings.llm_model is not None
+    codesearch = None
+    if settings.cutlass_dir:
+        try:
+            codesearch = CodeSearch(Path(settings.cutlass_dir), nvcc=shutil.which("nvcc"))
+        except CodeSearchError as e:
+            raise PluginError(str(e)) from e
     client = openai.OpenAI(base_url=settings.llm_base_url or OPENAI_BASE_URL, api_key=settings.llm_api_key,
                            max_retries=2, timeout=DEFAULT_TIMEOUT_S)  # fmt: skip
-    return LLMProgrammer(client, settings.llm_model)
+    return LLMProgrammer(client, settings.llm_model, codesearch=codesearch)

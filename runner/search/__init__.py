@@ -1,15 +1,19 @@
 """Search strategies: small functions over plain data, chosen by name from an explicit registry.
 
-A strategy gets the evaluated baseline, a ``propose`` callable (the programmer) and an ``evaluate``
-callable (the sandboxed evaluator behind the journal) and returns when the budget is spent or
-nothing new can be proposed. Failures are values (reward -2 / -3), never exceptions.
+A strategy gets the evaluated baseline, a ``propose`` callable (the programmer), an ``evaluate``
+callable (the sandboxed evaluator behind the journal), the candidates per expansion and the
+``history`` of an earlier, interrupted run (journaled evaluations in order, with their parent links)
+from which it rebuilds its state before proposing anything: a retry continues the same tree. It
+returns when the budget is spent or nothing new can be proposed. Failures are values (reward -2 / -3),
+never exceptions.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..candidate import Candidate
 from ..evaluator import Outcome
@@ -31,6 +35,8 @@ class Scored:
 
     @property
     def reward(self) -> float:
+        # The energy term (eps * ln(energy reduction)) belongs here, added to the speed term of a
+        # passing candidate only, so failures keep their fixed penalties.
         if self.outcome.passed:
             return math.log(max(self.speedup, 1e-9))
         if self.outcome.status.startswith("INCORRECT"):
@@ -42,7 +48,12 @@ class Scored:
 Propose = Callable[[Scored, str, int], list[Candidate]]
 # evaluate(candidate) -> Scored, or None when the budget is spent
 Evaluate = Callable[[Candidate], "Scored | None"]
-Strategy = Callable[[Scored, Propose, Evaluate, int], None]
+History = Sequence[Scored]
+
+
+class Strategy(Protocol):
+    def __call__(self, root: Scored, propose: Propose, evaluate: Evaluate, n: int, history: History = (), /) -> None:
+        ...  # positional: strategies name their own parameters
 
 
 def _strategies() -> dict[str, Strategy]:

@@ -6,6 +6,10 @@ and failed nodes, 3 at working ones), and a virtual child, valued at the node's 
 with the real children so a promising node is widened rather than only deepened. Failed nodes are
 expanded in debug mode; after 3 failed repairs a node is terminal, and a node whose children are
 all terminal and that cannot widen is terminal too.
+
+A resumed run first rebuilds the tree from the journal's history: each evaluation hangs under its
+parent (an init candidate of the baseline under ROOT), with the same backpropagation and terminal
+marking as when it was first evaluated, so the search continues where it stopped.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import Evaluate, Propose, Scored
+from . import Evaluate, History, Propose, Scored
 
 C_UCT = math.sqrt(2.0)
 C_PW_WORKING = 3.0
@@ -97,11 +101,32 @@ def _select(root: Node) -> Node:
         node = best
 
 
-def mcts(root_scored: Scored, propose: Propose, evaluate: Evaluate, n: int) -> None:
+def _rebuild(root: Node, base: Node, history: History) -> None:
+    by_key = {base.scored.candidate.key: base} if base.scored is not None else {}
+    for s in history:
+        cand = s.candidate
+        if cand.mode == "init" and cand.parent == _key_of(base):
+            parent = root
+        else:
+            # An evaluation whose parent is unknown (another programmer's journal) counts as a seed.
+            parent = by_key.get(cand.parent or "", root)
+        child = Node(s, parent=parent)
+        parent.children.append(child)
+        by_key[cand.key] = child
+        _backprop(child, s.reward)
+        _mark_terminal(parent)
+
+
+def _key_of(base: Node) -> str:
+    return base.scored.candidate.key if base.scored is not None else ""
+
+
+def mcts(root_scored: Scored, propose: Propose, evaluate: Evaluate, n: int, history: History = ()) -> None:
     root = Node(None)
     base = Node(root_scored, parent=root)
     root.children.append(base)
     _backprop(base, root_scored.reward)
+    _rebuild(root, base, history)
     while True:
         leaf = _select(root)
         if leaf is root and root.exhausted and all(c.terminal for c in root.children):
