@@ -327,10 +327,13 @@ class BuildPool:
         self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1, thread_name_prefix="nvcc")
         self.futures: list[Future[Build]] = []
 
-    def submit(self, solutions: Sequence[Any]) -> None:
-        for s in solutions:
+    def submit(self, solutions: Sequence[Any], caches: Sequence[Path] | None = None) -> None:
+        """``caches``: one cubin cache per solution (the loop gives each candidate its own, so its
+        profile's SASS sees only its cubin); the pool's own cache otherwise."""
+        for i, s in enumerate(solutions):
             if _is_cuda(s):
-                self.futures.append(self._pool.submit(build_solution, s, self.cache, arch=self.arch))
+                cache = Path(caches[i]) if caches is not None else self.cache
+                self.futures.append(self._pool.submit(build_solution, s, cache, arch=self.arch))
 
     def wait(self) -> list[Build]:
         return [f.result() for f in self.futures]

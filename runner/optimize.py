@@ -329,7 +329,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             cands = programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
                                                                 profile=prof, memory=memory.render()))  # fmt: skip
             if builds is not None:
-                builds.submit([c.solution for c in cands if journal.get(c.key) is None])
+                new = [c for c in cands if journal.get(c.key) is None]
+                builds.submit([c.solution for c in new], [cache_root(triton_cache(c)) for c in new])
             return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
