@@ -43,6 +43,8 @@ class Settings:
     """The approving label (KERNELPRO_LABEL)."""
     bot_login: str = "github-actions[bot]"
     """Login the bot's own comments come from (KERNELPRO_BOT_LOGIN)."""
+    gpus: str = "auto"
+    """GPUs to spread evaluations over (KERNELPRO_GPUS): 'auto' (every visible one) or ids like '0,1'."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -65,6 +67,7 @@ class Settings:
                      f"{e['GITHUB_RUN_ID']}" if e.get("GITHUB_REPOSITORY") and e.get("GITHUB_RUN_ID") else ""),
             label=e.get("KERNELPRO_LABEL", "optimize-kernels"),
             bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
+            gpus=e.get("KERNELPRO_GPUS", "auto"),
         )
 
     def resolved_device(self) -> str:

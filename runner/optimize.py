@@ -19,6 +19,7 @@ from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import SearchMemory
+from .pool import Pool, Schedule, TargetEval
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
@@ -130,13 +131,14 @@ def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload,
 
 
 def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
-          s: RunSettings, floors: Mapping[str, float] | None = None) -> GateResult:  # fmt: skip
+          s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
-    # drift in clocks or load affects both.
+    # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
     es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50))
-    b = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
-    c = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
-    b2 = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
+    ev = evaluate if schedule is None else lambda *a: schedule.home(evaluate, *a)
+    b = ev(target.definition, base.solution, workloads, target.tolerance, es)
+    c = ev(target.definition, cand.solution, workloads, target.tolerance, es)
+    b2 = ev(target.definition, base.solution, workloads, target.tolerance, es)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
@@ -170,7 +172,8 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
 
 
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
-             *, base_solution: Solution | None = None, progress: ProgressFn | None = None) -> Result:  # fmt: skip
+             *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
+             pool: Pool | None = None) -> Result:  # fmt: skip
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
@@ -195,11 +198,17 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     trace_path.write_text("")
     state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0}
     evaluated: list[Scored] = []
+    # Several GPUs: a batch is evaluated concurrently, one candidate per GPU; one GPU: in this process.
+    schedule = (Schedule(pool, TargetEval(target.definition, workloads, target.tolerance, es), journal)
+                if pool is not None and len(pool.gpus) > 1 else None)  # fmt: skip
 
     def run_eval(cand: Candidate) -> Outcome:
         hit = journal.get(cand.key)
         if hit is not None:
             return hit.outcome
+        if schedule is not None:
+            # With nothing in flight (baseline, base branch) the first idle GPU is the home one.
+            return schedule.result(cand)
         outcome = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
         journal.append(cand, outcome)
         return outcome
@@ -310,8 +319,11 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             return []
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
-            return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
-                                                               profile=prof, memory=memory.render()))  # fmt: skip
+            cands = programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
+                                                                profile=prof, memory=memory.render()))  # fmt: skip
+            if schedule is not None:
+                schedule.submit(cands[: max(0, budget - len(evaluated))])
+            return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             halted.append(str(e))
@@ -329,8 +341,10 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     gates: list[GateResult] = []
     winner = None
     floors = {b.uuid: b.floor_ms for b in stage1.workloads if b.floor_ms} if stage1 is not None else None
+    if schedule is not None:
+        schedule.drain()
     for s in ranked[: settings.gate_top]:
-        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors)
+        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors, schedule)
         gates.append(g)
         if g.passed:
             winner = g
