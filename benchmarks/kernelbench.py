@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--budget", type=int, default=8, help="evaluations per problem, starting point included")
     p.add_argument("--minutes", type=float, default=10.0, help="wall-clock limit per problem")
     p.add_argument("--search", default="mcts", choices=("mcts", "greedy"))
+    p.add_argument("--feedback", choices=("none", "raw", "tools"),
+                   help="profiling reaching the programmer; default: tools for llm (the paper), none for the tuner")
     p.add_argument("--cap", type=float, default=25.0, help="outlier cap for the headline geomean (0: none)")
     p.add_argument("--strict", action="store_true", help="kernelpro's dtype tolerances instead of KernelBench's 1e-2")
     p.add_argument("--scale", type=int, default=1,
@@ -276,7 +278,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not files:
         raise SystemExit(f"no problem files in {' '.join(args.problems)}")
     out = Path(args.out) / "kernelbench"
-    rs = RunSettings(search=args.search, budget=args.budget,
+    feedback = args.feedback or ("tools" if args.programmer == "llm" else "none")
+    rs = RunSettings(search=args.search, budget=args.budget, feedback=feedback,
                      evaluation=EvalSettings(device=device, time_reference=True))  # fmt: skip
     rows = []
     work = Path(tempfile.mkdtemp(prefix="kernelbench-"))
@@ -289,6 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     agg = score(rows, args.cap or None)
     data = {"programmer": args.programmer, "start": start, "search": args.search, "budget": args.budget,
+            "feedback": feedback,
             "device": device, "rows": rows, "aggregate": agg}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "kernelbench.json").write_text(json.dumps(data, indent=2) + "\n")

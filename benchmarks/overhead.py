@@ -126,7 +126,7 @@ def render(d: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--budget", type=int, default=8, help="evaluations, baseline included (default 8)")
+    p.add_argument("--budget", type=int, default=6, help="evaluations, baseline included (default 6)")
     p.add_argument("--programmer", default="tuner", choices=("tuner", "llm"))
     p.add_argument("--search", default="greedy", choices=("mcts", "greedy"))
     p.add_argument("--out", default="benchmark-out")

@@ -166,3 +166,28 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
     assert result["winner"]["params"]["tools_called"] == ["vectorization"]
     assert "reactive" in (out / "swiglu" / "report.md").read_text()
     fake.check()
+
+
+def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, tmp_path, monkeypatch):
+    """runner/pool.py on real GPUs: workers pinned with CUDA_VISIBLE_DEVICES, real builds and timings.
+
+    With one GPU both workers share it (the pinning and the spawned worker's CUDA path are what is
+    tested); with two or more, each worker gets its own.
+    """
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.pool import Pool
+    from kernelpro.runner.programmers import load
+    from kernelpro.settings import Settings
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    n = torch.cuda.device_count()
+    gpus = ("0", "1") if n >= 2 else ("0", "0")
+    rs = RunSettings(search="greedy", budget=5, gate_top=1, feedback="none", evaluation=EvalSettings(device="cuda"))
+    with Pool(gpus) as pool:
+        result = optimize(target, repo_root, tmp_path / "out", load("tuner", Settings.from_env()), rs, pool=pool)
+    assert len(result.evaluated) == 5 and result.baseline.outcome.passed
+    assert all(s.outcome.environment.get("hardware") for s in result.evaluated)
+    lines = [json.loads(x) for x in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
+    assert sorted(x["index"] for x in lines) == list(range(5))
+    assert result.winner is None or result.winner.passed
