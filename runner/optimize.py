@@ -6,6 +6,7 @@ journal.jsonl (as it happens), trace.jsonl, solution.json, patch.diff, result.js
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -289,7 +290,9 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         before = state["best"]
         scored = record(cand, run_eval(cand))
         if scored.outcome.passed and scored.speedup > before:
-            profile(cand)  # findings on each new best steer the next proposals
+            # Findings on each new best steer the next proposals; no candidate is timed meanwhile.
+            with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
+                profile(cand)
         parent = next((x for x in evaluated if x.candidate.key == cand.parent), None)
         found = analyses[cand.key][1].findings if cand.key in analyses else ()
         memory.observe(len(evaluated) - 1, scored, parent, found)

@@ -16,11 +16,12 @@ run on the first GPU ("home"), so every number the report compares comes from on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -138,6 +139,7 @@ class Schedule:
         self._queue: deque[tuple[Candidate, int]] = deque()
         self._busy = [False] * len(pool.gpus)
         self._results: dict[str, Future[Outcome]] = {}
+        self._held = 0
 
     def submit(self, cands: Sequence[Candidate]) -> None:
         """Queue a batch; candidates already journaled or queued are skipped."""
@@ -168,6 +170,25 @@ class Schedule:
         for f in running:
             f.exception()
 
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the queue and wait for running candidates: for work that must have the GPUs to itself
+        (profiling replays kernels under ncu; a candidate timed beside it would be slowed down)."""
+        with self._lock:
+            self._held += 1
+            running = [f for f in self._results.values() if not f.done() and f not in self._queued_futures()]
+        for f in running:
+            f.exception()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+                self._dispatch()
+
+    def _queued_futures(self) -> list[Future[Outcome]]:
+        return [self._results[c.key] for c, _ in self._queue if c.key in self._results]
+
     def home(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` on the home GPU once nothing else of this run is in flight."""
         self.drain()
@@ -175,6 +196,8 @@ class Schedule:
 
     def _dispatch(self) -> None:
         # Called with the lock held: give each idle worker the oldest queued candidate.
+        if self._held:
+            return
         for slot, busy in enumerate(self._busy):
             if busy or not self._queue:
                 continue
