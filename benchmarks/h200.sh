@@ -3,7 +3,8 @@
 # under a 10-minute command limit. Needs the carried wheels of .ci/gpu (.whl/) and, for replays,
 # .corpus/replays/ from benchmarks/fetch_corpus.sh. Tables go to stdout, JSON to $OUT.
 #   bash benchmarks/h200.sh overhead      # ~2 min: per-candidate time by stage, candidates/min/GPU
-#   bash benchmarks/h200.sh replays       # ~5 min: the 4 replays x 2 directions, tuner, budget 3
+#   bash benchmarks/h200.sh replays       # ~5-8 min: the 4 replays x 2 directions, tuner, budget 3;
+#                                         # extra arguments go to replays.py (e.g. --only liger-ce-exp2)
 #   bash benchmarks/h200.sh kernelbench   # ~4 min: 4 KernelBench-format problems at GPU sizes, tuner
 #   bash benchmarks/h200.sh pool          # ~1 min: the GPU pool test (pytest -m gpu -k pool)
 set -uo pipefail
@@ -19,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 cd /tmp || exit 1
 case "$step" in
   overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;
-  replays) timeout 540 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" ;;
+  replays) timeout 570 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" "${@:2}" ;;
   kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
   pool) timeout 300 python3 -m pytest -m gpu -p no:cacheprovider -q -rA "$repo/tests/test_gpu.py" -k pool ;;
   *) echo "unknown step $step" >&2; exit 2 ;;

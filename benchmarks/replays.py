@@ -22,7 +22,8 @@ fetch_corpus.sh); their shared utilities come from liger-kernel 0.8.5. No releas
 without #1275, so that state is reconstructed from 0.8.1 by the documented one-line change
 (``LOG2_E = tl.constexpr(1.44...)`` -> ``LOG2_E = 1.44...``), and the output says so. Triton's
 interpreter does not enforce the constexpr rule, so on a CPU that case compiles: only the GPU run
-shows the compile error. Prints a markdown table and writes DIR/replays.json. On the GPU the
+shows the compile error; nor can the DyT replay run there (liger's libdevice tanh and
+triton.autotune need a GPU), so its CPU rows report the failure. Prints a markdown table and writes DIR/replays.json. On the GPU the
 default set takes about 5 minutes (``--feedback none`` skips ncu; pass ``tools`` for the full loop).
 """
 
@@ -304,8 +305,9 @@ def verdict(replay: Replay, direction: str, r: Mapping[str, Any]) -> dict[str, A
         seen = math.isfinite(base_vs_head) and base_vs_head >= GAMMA
         recovered = seen and found >= 0.95 * base_vs_head
         ok = seen
-        text = (f"regression seen: base {base_vs_head:.3f}x faster than the PR; search found {found:.3f}x "
-                f"({'recovered' if recovered else 'not recovered'})")  # fmt: skip
+        text = (f"base {base_vs_head:.3f}x the PR's speed: regression {'seen' if seen else 'not seen'}; "
+                f"search found {found:.3f}x ({'recovered' if recovered else 'not recovered'})"
+                if math.isfinite(base_vs_head) else "base branch not measured")  # fmt: skip
     elif replay.expect == "gain":
         ok = math.isfinite(base_vs_head) and base_vs_head <= 1 / GAMMA
         text = f"PR vs base {1 / base_vs_head:.3f}x" if math.isfinite(base_vs_head) else "base branch not measured"
@@ -386,7 +388,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         # The sandboxed children keep PYTHONPATH (it is on their allowlist): they import liger's utilities.
         os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(site), os.environ.get("PYTHONPATH", "")) if x)
     out = Path(args.out) / "replays"
-    rows, skipped = [], []
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+
+    def save() -> None:
+        # After every run: a run cut short by a time limit still leaves the rows it finished.
+        (Path(args.out) / "replays.json").write_text(json.dumps({"rows": rows, "skipped": skipped}, indent=2) + "\n")
+
     try:
         for replay in chosen:
             if replay.needs_corpus and not (corpus / "liger_kernel-0.8.5-py3-none-any.whl").exists():
@@ -394,12 +403,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 continue
             for direction in args.directions:
                 rows.append(run_one(replay, direction, out, settings, args.budget, args.feedback, gpu))
+                save()
+                print(render(rows[-1:]), flush=True)
     finally:
         if site is not None:
             shutil.rmtree(site, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "replays.json").write_text(json.dumps({"rows": rows, "skipped": skipped}, indent=2) + "\n")
-    print(render(rows))
+    save()
+    print("\n" + render(rows))
     for s in skipped:
         print(f"\nskipped {s}")
     return rows

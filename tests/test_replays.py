@@ -54,9 +54,11 @@ def test_verdicts() -> None:
     gain, noise, comp = by_name["liger-ce-exp2"], by_name["liger-dyt-autotune"], by_name["liger-ce-1266-only"]
     # Reverse of a known gain: the base is 1.15x faster; the tuner found nothing.
     v = rp.verdict(gain, "reverse", _result(base_vs_head=1.15))
-    assert v["answered"] and "not recovered" in v["verdict"] and v["pr_vs_base"] == pytest.approx(1 / 1.15)
-    assert "recovered" in rp.verdict(gain, "reverse", _result(base_vs_head=1.15, winner=1.12))["verdict"]
-    assert not rp.verdict(gain, "reverse", _result(base_vs_head=1.01))["answered"]
+    assert v["answered"] and "regression seen" in v["verdict"] and "not recovered" in v["verdict"]
+    assert v["pr_vs_base"] == pytest.approx(1 / 1.15)
+    assert "(recovered)" in rp.verdict(gain, "reverse", _result(base_vs_head=1.15, winner=1.12))["verdict"]
+    v = rp.verdict(gain, "reverse", _result(base_vs_head=1.01))
+    assert not v["answered"] and "regression not seen" in v["verdict"]
     assert rp.verdict(gain, "forward", _result(base_vs_head=0.87))["answered"]
     assert rp.verdict(noise, "forward", _result(base_vs_head=0.99))["answered"]
     assert not rp.verdict(noise, "forward", _result(base_vs_head=0.90))["answered"]
