@@ -188,3 +188,16 @@ def test_exclusive_holds_the_queue_and_waits_for_running_work(tmp_path: Path) ->
             assert len(started) == before, "the queue moved while held"
         assert all(s.result(c).passed for c in batch)
         assert sorted(e.index for e in s.journal) == list(range(6))
+
+
+def test_a_bad_gpu_selection_is_a_clear_cli_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from kernelpro.cli import main, make_demo_repo
+
+    repo = make_demo_repo(tmp_path / "repo")
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    monkeypatch.setenv("KERNELPRO_GPUS", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "KERNELPRO_GPUS='3' names 3, but the visible GPUs are 0, 1" in capsys.readouterr().err
