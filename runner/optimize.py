@@ -256,8 +256,10 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     def profile(cand: Candidate) -> None:
         if device != "cuda" or settings.feedback == "none" or cand.key in analyses:
             return
-        prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
-                                       recorded_timeline(cand.key))  # fmt: skip
+        # With several GPUs no candidate is timed while ncu replays kernels.
+        with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
+            prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
+                                           recorded_timeline(cand.key))  # fmt: skip
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
@@ -290,9 +292,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         before = state["best"]
         scored = record(cand, run_eval(cand))
         if scored.outcome.passed and scored.speedup > before:
-            # Findings on each new best steer the next proposals; no candidate is timed meanwhile.
-            with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
-                profile(cand)
+            profile(cand)  # findings on each new best steer the next proposals
         parent = next((x for x in evaluated if x.candidate.key == cand.parent), None)
         found = analyses[cand.key][1].findings if cand.key in analyses else ()
         memory.observe(len(evaluated) - 1, scored, parent, found)

@@ -183,7 +183,8 @@ def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, t
     monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
     n = torch.cuda.device_count()
     gpus = ("0", "1") if n >= 2 else ("0", "0")
-    rs = RunSettings(search="greedy", budget=5, gate_top=1, feedback="none", evaluation=EvalSettings(device="cuda"))
+    # feedback "tools": each new best is profiled under ncu while the pool holds its queue.
+    rs = RunSettings(search="greedy", budget=5, gate_top=1, evaluation=EvalSettings(device="cuda"))
     with Pool(gpus) as pool:
         result = optimize(target, repo_root, tmp_path / "out", load("tuner", Settings.from_env()), rs, pool=pool)
     assert len(result.evaluated) == 5 and result.baseline.outcome.passed
@@ -191,3 +192,5 @@ def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, t
     lines = [json.loads(x) for x in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
     assert sorted(x["index"] for x in lines) == list(range(5))
     assert result.winner is None or result.winner.passed
+    # The baseline was profiled (Stage 1) and so was every new best: profiling ran beside the pool.
+    assert result.baseline.candidate.key in result.analyses
