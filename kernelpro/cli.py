@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -111,14 +112,8 @@ def _print_snippet(kernels: list[Any], snippet: Any) -> None:
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
                  tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None) -> int:  # fmt: skip
-    from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
-    from kernelpro.runner.config import load_config
-    from kernelpro.runner.evaluator import EvalSettings
-    from kernelpro.runner.optimize import RunSettings, optimize
     from kernelpro.runner.programmers import load as load_programmer
     from kernelpro.runner.search import get_strategy
-    from kernelpro.runner.tools import load_tool_file
-    from kernelpro.workspace import checkouts
 
     get_strategy(search)
     programmer = load_programmer(programmer_name, settings)
@@ -130,6 +125,36 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
         assert isinstance(programmer, LLMProgrammer)
         extractor = LLMExtractor(programmer.client, programmer.model)
     device = settings.resolved_device()
+    with _gpu_pool(settings, device) as pool:
+        return _run_targets(repo, base, head, out, settings, kernel=kernel, budget=budget, programmer=programmer,
+                            search=search, feedback=feedback, tool_mode=tool_mode, memory=memory, device=device,
+                            pool=pool, candidates=candidates, extractor=extractor)  # fmt: skip
+
+
+def _gpu_pool(settings: Settings, device: str) -> Any:
+    """One evaluation worker per GPU when there are several; nothing (in-process evaluation) otherwise."""
+    import contextlib
+
+    from kernelpro.runner.pool import Pool, visible_gpus
+
+    if device != "cuda":
+        return contextlib.nullcontext(None)
+    import torch
+
+    gpus = visible_gpus(settings.gpus, os.environ, torch.cuda.device_count)
+    return Pool(gpus) if len(gpus) > 1 else contextlib.nullcontext(None)
+
+
+def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
+                 budget: int | None, programmer: Any, search: str, feedback: str, tool_mode: str, memory: bool,
+                 device: str, pool: Any, candidates: int | None, extractor: Any) -> int:  # fmt: skip
+    from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
+    from kernelpro.runner.config import load_config
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.tools import load_tool_file
+    from kernelpro.workspace import checkouts
+
     out.mkdir(parents=True, exist_ok=True)
     changed = changed_files(repo, base, head)
     with checkouts(repo, base, head) as co:
@@ -180,7 +205,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress, extractor=extractor)  # fmt: skip
+                                  progress=progress, extractor=extractor, pool=pool)  # fmt: skip
             finally:
                 progress.close()
             reports.append((t_out / "report.md").read_text())

@@ -47,6 +47,8 @@ class Settings:
     """Login the bot's own comments come from (KERNELPRO_BOT_LOGIN)."""
     cutlass_dir: str | None = None
     """A local CUTLASS/CuTe checkout the llm programmer may search (KERNELPRO_CUTLASS_DIR); None: no code search."""
+    gpus: str = "auto"
+    """GPUs to spread evaluations over (KERNELPRO_GPUS): 'auto' (every visible one) or ids like '0,1'."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -71,6 +73,7 @@ class Settings:
             label=e.get("KERNELPRO_LABEL", "optimize-kernels"),
             bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
             cutlass_dir=e.get("KERNELPRO_CUTLASS_DIR") or None,
+            gpus=e.get("KERNELPRO_GPUS", "auto"),
         )
 
     def resolved_device(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .trace import Solution
@@ -27,6 +28,11 @@ class Candidate:
     @property
     def key(self) -> str:
         return self.solution.content_hash()
+
+    def cache_dir(self, root: Path) -> Path:
+        """This candidate's own Triton/cubin cache under ``root``: its profiling child starts warm from
+        it (no second JIT or autotune under ncu) and SASS analysis finds only this candidate's cubins."""
+        return root / self.key[:16]
 
     def to_json(self) -> dict[str, Any]:
         return {"solution": self.solution.to_json(), "parent": self.parent, "mode": self.mode,

@@ -45,6 +45,7 @@ class Journal:
         self._entries: dict[str, Entry] = {}
         self._order: list[Entry] = []
         self.skipped_lines = 0
+        self._next = 0
         if path.exists():
             for line in path.read_text().splitlines():
                 try:
@@ -57,6 +58,9 @@ class Journal:
                 if e.context == context:
                     self._entries[e.candidate.key] = e
                     self._order.append(e)
+        # Evaluations on several GPUs finish out of order; their indices say the order they were queued in.
+        self._order.sort(key=lambda e: e.index)
+        self._next = self._order[-1].index + 1 if self._order else 0
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
@@ -70,8 +74,13 @@ class Journal:
     def get(self, key: str) -> Entry | None:
         return self._entries.get(key)
 
-    def append(self, candidate: Candidate, outcome: Outcome) -> Entry:
-        e = Entry(len(self._order), candidate, outcome, self.context)
+    def reserve(self) -> int:
+        """The index the next evaluation will carry, taken now (for evaluations that finish out of order)."""
+        self._next += 1
+        return self._next - 1
+
+    def append(self, candidate: Candidate, outcome: Outcome, index: int | None = None) -> Entry:
+        e = Entry(self.reserve() if index is None else index, candidate, outcome, self.context)
         append_jsonl(self.path, [{"index": e.index, "context": e.context, "key": candidate.key,
                                   "candidate": candidate.to_json(), "outcome": outcome.to_json()}])  # fmt: skip
         self._entries[candidate.key] = e

@@ -6,6 +6,7 @@ journal.jsonl (as it happens), trace.jsonl, solution.json, patch.diff, result.js
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -20,6 +21,7 @@ from .cubin import BuildPool, cache_root
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
+from .pool import Pool, Schedule, TargetEval
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate
 from .programmers import Context, PluginError, Programmer
@@ -131,13 +133,14 @@ def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload,
 
 
 def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
-          s: RunSettings, floors: Mapping[str, float] | None = None) -> GateResult:  # fmt: skip
+          s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
-    # drift in clocks or load affects both.
+    # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
     es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50))
-    b = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
-    c = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
-    b2 = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
+    ev = evaluate if schedule is None else lambda *a: schedule.home(evaluate, *a)
+    b = ev(target.definition, base.solution, workloads, target.tolerance, es)
+    c = ev(target.definition, cand.solution, workloads, target.tolerance, es)
+    b2 = ev(target.definition, base.solution, workloads, target.tolerance, es)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
@@ -172,9 +175,11 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
 
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
              *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
-             clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None) -> Result:  # fmt: skip
+             clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None,
+             pool: Pool | None = None) -> Result:  # fmt: skip
     """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own. ``extractor``
-    keeps the search memory by an LLM call per iteration (None: by rules)."""
+    keeps the search memory by an LLM call per iteration (None: by rules). ``pool``: one evaluation
+    worker per GPU when there are several."""
     t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
@@ -199,21 +204,25 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     trace_path.write_text("")
     state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0}
     evaluated: list[Scored] = []
+    # Several GPUs: a batch is evaluated concurrently, one candidate per GPU; one GPU: in this process.
+    schedule = (Schedule(pool, TargetEval(target.definition, workloads, target.tolerance, es), journal)
+                if pool is not None and len(pool.gpus) > 1 else None)  # fmt: skip
 
     def run_eval(cand: Candidate) -> Outcome:
         hit = journal.get(cand.key)
         if hit is not None:
             return hit.outcome
+        if schedule is not None:
+            # With nothing in flight (baseline, base branch) the first idle GPU is the home one.
+            return schedule.result(cand)
         outcome = evaluate(target.definition, cand.solution, workloads, target.tolerance,
                            replace(es, cache_dir=triton_cache(cand)))  # fmt: skip
         journal.append(cand, outcome)
         return outcome
 
     def triton_cache(cand: Candidate) -> Path:
-        # One Triton cache per candidate: its profiling child starts warm from it (no second JIT,
-        # no second autotune) and the SASS analysis finds exactly this candidate's cubins in it.
         assert es.cache_dir is not None
-        return es.cache_dir / cand.key[:16]
+        return cand.cache_dir(es.cache_dir)
 
     def record(cand: Candidate, outcome: Outcome) -> Scored:
         base: Outcome | None = state["baseline"]
@@ -257,8 +266,10 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     def profile(cand: Candidate) -> None:
         if device != "cuda" or settings.feedback == "none" or cand.key in analyses:
             return
-        prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
-                                       recorded_timeline(cand.key), triton_cache(cand))  # fmt: skip
+        # With several GPUs no candidate is timed while ncu replays kernels.
+        with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
+            prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
+                                           recorded_timeline(cand.key), triton_cache(cand))  # fmt: skip
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
@@ -331,6 +342,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             if builds is not None:
                 new = [c for c in cands if journal.get(c.key) is None]
                 builds.submit([c.solution for c in new], [cache_root(triton_cache(c)) for c in new])
+            if schedule is not None:
+                schedule.submit(cands[: max(0, budget - len(evaluated))])
             return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
@@ -363,8 +376,10 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     gates: list[GateResult] = []
     winner = None
     floors = {b.uuid: b.floor_ms for b in stage1.workloads if b.floor_ms} if stage1 is not None else None
+    if schedule is not None:
+        schedule.drain()
     for s in ranked[: settings.gate_top]:
-        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors)
+        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors, schedule)
         gates.append(g)
         if g.passed:
             winner = g

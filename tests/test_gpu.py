@@ -202,7 +202,8 @@ def test_cuda_example_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch)
     patch = (out / "patch.diff").read_text()
     assert patch.startswith("--- a/kernels/swiglu.cu") and "#define" in patch
     # Every evaluation built from the content-addressed cache the loop's build pool fills.
-    cubins = list(cache_root(out / "swiglu_cuda" / ".triton-cache").glob("*/*/kernel.cubin"))
+    # one cache per candidate (runner/candidate.py Candidate.cache_dir), cubins under its kernelpro-cuda/
+    cubins = [c for d in (out / "swiglu_cuda" / ".triton-cache").iterdir() for c in cache_root(d).glob("*/*/kernel.cubin")]
     journal = [json.loads(x) for x in (out / "swiglu_cuda" / "journal.jsonl").read_text().splitlines() if x.strip()]
     assert cubins and len(journal) >= 2
     builds = [j["outcome"]["build_seconds"] for j in journal if j.get("outcome", {}).get("status") == "PASSED"]
@@ -384,3 +385,29 @@ def test_cuda_launcher_in_process_with_nvcc_and_nvrtc_cubins(tmp_path):
         side.synchronize()
         torch.testing.assert_close(out2, want, atol=1e-5, rtol=1e-5)
     assert compilers == ["nvcc", "nvrtc"], "libnvrtc not found on the GPU machine: the NVRTC path was not exercised"
+def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, tmp_path, monkeypatch):
+    """runner/pool.py on real GPUs: workers pinned with CUDA_VISIBLE_DEVICES, real builds and timings.
+
+    With one GPU both workers share it (the pinning and the spawned worker's CUDA path are what is
+    tested); with two or more, each worker gets its own.
+    """
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.pool import Pool
+    from kernelpro.runner.programmers import load
+    from kernelpro.settings import Settings
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    n = torch.cuda.device_count()
+    gpus = ("0", "1") if n >= 2 else ("0", "0")
+    # feedback "tools": each new best is profiled under ncu while the pool holds its queue.
+    rs = RunSettings(search="greedy", budget=5, gate_top=1, evaluation=EvalSettings(device="cuda"))
+    with Pool(gpus) as pool:
+        result = optimize(target, repo_root, tmp_path / "out", load("tuner", Settings.from_env()), rs, pool=pool)
+    assert len(result.evaluated) == 5 and result.baseline.outcome.passed
+    assert all(s.outcome.environment.get("hardware") for s in result.evaluated)
+    lines = [json.loads(x) for x in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
+    assert sorted(x["index"] for x in lines) == list(range(5))
+    assert result.winner is None or result.winner.passed
+    # The baseline was profiled (Stage 1) and so was every new best: profiling ran beside the pool.
+    assert result.baseline.candidate.key in result.analyses
