@@ -1,0 +1,311 @@
+"""Energy: the NVML protocol against a replay of real H200 samples, its statistics, the proxy on
+real ncu counters, the objective, and the arms' sandboxed processes (Triton interpreter)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import bootstrap
+
+from kernelpro.runner.energy import (
+    ArmFailed,
+    ChildRunner,
+    EnergySettings,
+    EnergyUnavailable,
+    NvmlDevice,
+    Window,
+    choose,
+    energy_eps,
+    energy_term,
+    idle_power_w,
+    measure,
+    measure_solutions,
+    median_ci,
+    proxy,
+    summarize,
+    timing_noise,
+)
+from kernelpro.runner.profile import Profile
+from kernelpro.runner.profile.ncu import parse_csv
+from kernelpro.runner.profile.sass import parse_sass
+from kernelpro.runner.trace import BuildSpec, Definition, Solution, SourceFile, Workload
+
+sys.path.insert(0, str(Path(__file__).parent))
+from nvml_replay import Recorded, replay  # noqa: E402
+
+H200 = Path(__file__).parent / "fixtures" / "h200"
+REC = Recorded.load()
+FAST = EnergySettings(warmup_s=1.0)
+
+
+def _run(arms: list[str], s: EnergySettings = FAST, **kw: object):
+    clock, dev, runner = replay(**kw)
+    return measure(dev, runner, arms, s, clock=clock, sleep=clock.sleep), runner
+
+
+def test_the_recording_says_what_the_replay_uses() -> None:
+    # Real H200 numbers: ~130 W idle right after a CUDA context was made, ~635 W in the loop.
+    assert 100 < REC.idle_w < 160 and 550 < REC.busy_w < 700
+    assert 1e-4 < REC.call_s < 3e-4
+
+
+def test_replay_recovers_the_recorded_energy_per_call() -> None:
+    m, runner = _run(["a"])
+    a = m.arms["a"]
+    want_dyn = (REC.busy_w - REC.idle_w) * REC.call_s * 1e3  # mJ
+    assert a.dynamic_mj.median == pytest.approx(want_dyn, rel=2e-3)
+    assert a.total_mj.median == pytest.approx(REC.busy_w * REC.call_s * 1e3, rel=2e-3)
+    assert m.idle_w == pytest.approx(REC.idle_w, rel=1e-3)
+    # Calibrated from the latency the parent saw: >= 1 s of calls per window.
+    assert a.calls_per_window == math.ceil(1.0 / REC.call_s)
+    assert all(w.seconds >= 1.0 for w in m.windows)
+    assert a.ms_per_call == pytest.approx(REC.call_s * 1e3, rel=1e-6)
+    assert m.notes == ()
+
+
+def test_windows_are_interleaved_abab_with_idle_spread_through_the_run() -> None:
+    m, _ = _run(["a", "b"], replace(FAST, windows=4))
+    seq = [w.arm or "idle" for w in m.windows]
+    assert seq == ["idle", "a", "b", "a", "b", "idle", "a", "b", "a", "b", "idle"]
+    rounds = [w.round for w in m.windows if w.kind == "arm"]
+    assert rounds == [0, 0, 1, 1, 2, 2, 3, 3]
+    # Clocks, temperature and power limit are logged with every window.
+    assert all(w.sm_clock_mhz == 1980 and w.mem_clock_mhz == 3201 and w.power_limit_w == 700 for w in m.windows)
+
+
+def test_idle_subtraction_uses_the_median_idle_window() -> None:
+    def win(kind: str, e: float, s: float, calls: int = 0) -> Window:
+        return Window(kind, None if kind == "idle" else "a", -1 if kind == "idle" else 0, calls, s, s, e,
+                      None, None, None, None)  # fmt: skip
+
+    ws = [win("idle", 100_000, 1.0), win("idle", 500_000, 1.0), win("idle", 120_000, 1.0), win("arm", 700_000, 1.0, 1000)]
+    assert idle_power_w(ws) == pytest.approx(120.0)  # the outlier idle window does not move it
+    m = summarize(ws, ["a"], FAST)
+    assert m.arms["a"].dynamic_mj.median == pytest.approx((700_000 - 120_000) / 1000)
+    assert m.arms["a"].total_mj.median == pytest.approx(700.0)
+
+
+def test_aa_pair_shows_no_difference_and_ab_pair_does() -> None:
+    aa, _ = _run(["a", "b"], replace(FAST, windows=8), jitter=0.0035, seed=3)
+    r = aa.ratios["b"]
+    assert r.contains(1.0) and r.high - r.low < 0.02
+    ab, _ = _run(["a", "b"], replace(FAST, windows=8), jitter=0.0035, seed=3, dynamic_scale={"b": 0.9})
+    r = ab.ratios["b"]
+    assert not r.contains(1.0) and r.contains(0.9)
+    assert ab.arms["b"].dynamic_mj.high < ab.arms["a"].dynamic_mj.low
+
+
+def test_abab_pairing_cancels_a_drift_that_unpaired_windows_would_show() -> None:
+    # A slow upward drift (the GPU warming up): 5 W/s over a ~25 s run.
+    m, _ = _run(["a", "b"], replace(FAST, windows=6), drift_w_per_s=5.0)
+    paired = m.ratios["b"].median
+    assert paired == pytest.approx(1.0, abs=0.012)
+    # Comparing the first half of the run with the second half (no pairing) is off by far more.
+    a = [w for w in m.windows if w.arm == "a"]
+    early = statistics.median(w.energy_mj / w.calls for w in a[:3])
+    late = statistics.median(w.energy_mj / w.calls for w in a[3:])
+    assert abs(late / early - 1.0) > 3 * abs(paired - 1.0)
+
+
+def test_bootstrap_interval_matches_scipy_and_is_reproducible() -> None:
+    xs = [10.0, 10.2, 9.9, 10.4, 10.1, 9.8, 10.3]
+    ci = median_ci(xs, seed=5)
+    ref = bootstrap((np.asarray(xs),), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
+                    random_state=np.random.default_rng(5)).confidence_interval  # fmt: skip
+    assert ci.median == 10.1 and (ci.low, ci.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
+    assert ci == median_ci(xs, seed=5)
+    assert ci.low < 10.1 < ci.high
+    # More agreeing windows give a narrower interval; identical windows a zero-width one.
+    wide = median_ci([10.0, 11.0, 9.0, 10.5, 9.5])
+    assert wide.high - wide.low > ci.high - ci.low
+    assert median_ci([3.0, 3.0, 3.0]) == type(ci)(3.0, 3.0, 3.0)
+    assert math.isnan(median_ci([]).median)
+
+
+def test_energy_below_the_counters_resolution_is_said() -> None:
+    m, _ = _run(["a"], dynamic_scale={"a": 0.0})
+    assert any("no energy above idle" in n for n in m.notes)
+
+
+def test_other_processes_on_the_gpu_are_reported() -> None:
+    m, _ = _run(["a"], extra_pids=(4242,))
+    assert any("4242" in n for n in m.notes)
+
+
+def test_nvml_unavailable_is_a_clear_error_here() -> None:
+    # This CI machine has pynvml but no NVIDIA driver.
+    with pytest.raises(EnergyUnavailable, match="NVML unavailable"):
+        NvmlDevice()
+
+
+# --------------------------------------------------------------------------- per target
+
+
+SWISH = Definition.from_json({
+    "name": "swish", "op_type": "elementwise", "axes": {"M": {"type": "var"}},
+    "inputs": {"x": {"shape": ["M"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["M"], "dtype": "float32"}},
+    "reference": "import torch\ndef run(x):\n    return x * torch.sigmoid(x)\n",
+})  # fmt: skip
+
+KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _swish(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, DIVIDE, mask=mask)
+
+
+def swish(x):
+    y = torch.empty_like(x)
+    _swish[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+'''
+
+
+def _solution(name: str, body: str) -> Solution:
+    src = KERNEL.replace("DIVIDE", body)
+    return Solution(name, "swish", "test", BuildSpec("triton", ("cuda",), "swish.py::swish", destination_passing_style=False),
+                    (SourceFile("swish.py", src),))  # fmt: skip
+
+
+def test_measure_solutions_without_nvml_notes_it_and_keeps_the_work() -> None:
+    w = Workload.make(SWISH, {"M": 1 << 20})
+    out = measure_solutions(SWISH, {"baseline": _solution("a", "x / (1 + tl.exp(-x))")}, [w], "cuda",
+                            nbytes="8*M", flops="4*M")  # fmt: skip
+    assert len(out) == 1 and out[0].measurement is None and "NVML unavailable" in out[0].note
+    assert out[0].bytes == 8 << 20 and out[0].flops == 4 << 20
+
+
+def test_measure_solutions_with_the_replay_gives_joules_per_gb() -> None:
+    clock, dev, runner = replay(dynamic_scale={"candidate": 0.9})
+    w = Workload.make(SWISH, {"M": 16384 * 4096})
+    made: list[dict] = []
+
+    def make_runner(reqs, timeout_s):
+        made.append(dict(reqs))
+        runner.close = lambda: None  # type: ignore[attr-defined]
+        return runner
+
+    sols = {"baseline": _solution("a", "x / (1 + tl.exp(-x))"), "candidate": _solution("b", "x")}
+    (we,) = measure_solutions(SWISH, sols, [w], "cuda", FAST, nbytes="8*M", open_device=lambda: dev,
+                              make_runner=make_runner, clock=clock, sleep=clock.sleep)  # fmt: skip
+    assert set(made[0]) == {"baseline", "candidate"} and made[0]["candidate"]["solution"]["name"] == "b"
+    assert we.measurement is not None and we.measurement.ratios["candidate"].median == pytest.approx(0.9, rel=1e-3)
+    j = we.measurement.arms["baseline"].dynamic_mj.median / 1e3
+    assert we.per_work("baseline")["j_per_gb"] == pytest.approx(j / (8 * 16384 * 4096 / 1e9))
+    assert "j_per_tflop" not in we.per_work("baseline")
+    js = we.to_json()
+    assert js["measurement"]["arms"]["candidate"]["dynamic_mj"]["median"] > 0 and len(js["measurement"]["windows"]) == 13
+
+
+def _state(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("State:"):
+            return line.split()[1]
+    return "?"
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_child_runner_runs_arms_in_stopped_sandboxed_processes() -> None:
+    w = Workload.make(SWISH, {"M": 300})
+    reqs = {arm: {"definition": SWISH.to_json(), "solution": _solution(arm, body).to_json(), "workload": w.to_json(),
+                  "device": "cpu"}
+            for arm, body in (("ieee", "x / (1 + tl.exp(-x))"), ("fast", "tl.fdiv(x, 1 + tl.exp(-x), ieee_rounding=False)"))}  # fmt: skip
+    runner = ChildRunner(reqs, timeout_s=120)
+    try:
+        pids = runner.pids()
+        assert len(pids) == 2 and all(_state(p) == "T" for p in pids)  # both stopped between windows
+        runner.run("ieee", 2)
+        runner.run("fast", 3)
+        assert all(_state(p) == "T" for p in pids)
+    finally:
+        runner.close()
+
+
+def test_child_runner_reports_a_candidate_that_does_not_build() -> None:
+    w = Workload.make(SWISH, {"M": 64})
+    bad = Solution("bad", "swish", "test", BuildSpec("triton", ("cuda",), "swish.py::swish", destination_passing_style=False),
+                   (SourceFile("swish.py", "raise RuntimeError('boom at import')\n"),))  # fmt: skip
+    with pytest.raises(ArmFailed, match="boom at import"):
+        ChildRunner({"bad": {"definition": SWISH.to_json(), "solution": bad.to_json(), "workload": w.to_json(),
+                             "device": "cpu"}}, timeout_s=60)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the proxy
+
+
+def _profile(ncu: str, sass: str) -> Profile:
+    (k,) = parse_csv((H200 / ncu).read_text())
+    return Profile((k,), parse_sass((H200 / sass).read_text()))
+
+
+def test_proxy_is_the_papers_weighted_sum_of_real_counters() -> None:
+    p = _profile("ncu_full_raw_tuned.csv", "sass_tuned.txt")
+    k = p.kernels[0]
+    e = proxy(p)
+    assert e is not None
+    dram = k.get("dram__bytes_read.sum") + k.get("dram__bytes_write.sum")  # type: ignore[operator]
+    assert e.dram_pj == pytest.approx(20 * dram) and e.instruction_pj == pytest.approx(3 * k.get("smsp__inst_executed.sum"))  # type: ignore[operator]
+    assert e.uncoalesced_pj == 0 and e.local_pj == 0
+    # The poor launch configuration executes 8x the instructions for the same bytes: more energy.
+    poor = proxy(_profile("ncu_full_raw_poor.csv", "sass_poor.txt"))
+    assert poor is not None and poor.total_pj > e.total_pj and poor.instruction_pj > 7 * e.instruction_pj
+
+
+def test_proxy_charges_uncoalesced_and_spilled_traffic() -> None:
+    unc = proxy(_profile("ncu_uncoalesced.csv", "sass_uncoalesced.txt"))
+    spills = proxy(_profile("ncu_spills.csv", "sass_spills.txt"))
+    clean = proxy(_profile("ncu_clean.csv", "sass_clean.txt"))
+    assert unc is not None and spills is not None and clean is not None
+    assert unc.uncoalesced_pj > 0 and clean.uncoalesced_pj == 0
+    (k,) = parse_csv((H200 / "ncu_spills.csv").read_text())
+    local = k.get("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum") + k.get("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum")  # type: ignore[operator]
+    assert spills.local_pj == pytest.approx(80 * local) and clean.local_pj == 0
+    assert proxy(None) is None and proxy(Profile()) is None
+
+
+# --------------------------------------------------------------------------- the objective
+
+
+def test_eps_lets_no_energy_gain_outweigh_a_speedup_outside_the_noise() -> None:
+    noise = timing_noise(1.03, [1.01, float("nan")])
+    assert noise == 1.03 and timing_noise(1.03, [1.08]) == 1.08
+    eps = energy_eps(noise)
+    assert eps == pytest.approx(math.log(1.03) / (2 * math.log(4)))
+    # The largest possible energy swing (4x better vs 4x worse) against the smallest speed gap
+    # outside the noise: speed still wins.
+    slow_cheap = math.log(1.50) + energy_term(eps, 100.0)
+    fast_costly = math.log(1.50 * 1.031) + energy_term(eps, 0.01)
+    assert fast_costly > slow_cheap
+    # Within the noise, a large enough energy gain can outrank a small speed gain (the final choice
+    # among tied candidates is by measured energy; see choose()).
+    assert math.log(1.50) + energy_term(eps, 2.0) > math.log(1.505) + energy_term(eps, 1.0)
+    assert math.log(1.50) + energy_term(eps, 1.2) < math.log(1.505) + energy_term(eps, 1.0)
+    assert energy_term(eps, None) == 0.0 and energy_term(eps, float("nan")) == 0.0
+
+
+def test_choose_prefers_less_energy_only_within_the_noise_and_only_when_active() -> None:
+    speed, energy = [1.50, 1.49, 1.20], [100.0, 88.0, 10.0]
+    assert choose(speed, energy, "active", 1.03).index == 1
+    assert choose(speed, energy, "active", 1.03).tied == (0, 1)
+    assert choose(speed, energy, "passive", 1.03).index == 0
+    assert choose(speed, energy, "off", 1.03).index == 0
+    # Outside the noise, speed wins however cheap the slower one is.
+    assert choose([1.50, 1.40], [100.0, 1.0], "active", 1.03).index == 0
+    # Unmeasured energy never wins a tie.
+    assert choose([1.50, 1.49], [None, 120.0], "active", 1.03).index == 1
+    assert choose([1.50, 1.49], [None, None], "active", 1.03).index == 0
+    with pytest.raises(ValueError):
+        choose([], [], "active", 1.03)
