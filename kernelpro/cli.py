@@ -110,7 +110,7 @@ def _print_snippet(kernels: list[Any], snippet: Any) -> None:
 
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
-                 tool_mode: str = "proactive", memory: bool = True) -> int:  # fmt: skip
+                 tool_mode: str = "proactive", memory: bool = True, energy: str | None = None) -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
@@ -145,6 +145,15 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
             _print_snippet(changed_kernels(repo, base, head), config_snippet)
             return 0
         print(f"kernelpro {__version__}: {len(targets)} target(s) on {device}; configuration from the {config_note}")
+        # The command line overrides the configuration; NVML is read only where there is a GPU.
+        energy_mode = energy or config.energy
+        meter = None
+        if energy_mode != "off" and device == "cuda":
+            from kernelpro.runner.energy import nvml_meter
+
+            meter = nvml_meter(device)
+        if energy_mode != "off":
+            print(f"Energy: {energy_mode}" + ("" if meter else " (no GPU: energy is not measured)"))
         if device == "cpu":
             print("No GPU: kernels run in Triton's interpreter on the CPU; timings are not GPU timings.")
         reports, patches, summaries = [], [], []
@@ -164,11 +173,11 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
                 except (OSError, ValueError):
                     base_solution = None
             rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
-                             tool_mode=tool_mode, extra_tools=extra_tools, memory=memory)  # fmt: skip
+                             tool_mode=tool_mode, extra_tools=extra_tools, memory=memory, energy=energy_mode)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress)  # fmt: skip
+                                  progress=progress, meter=meter)  # fmt: skip
             finally:
                 progress.close()
             reports.append((t_out / "report.md").read_text())
@@ -194,7 +203,8 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
                         budget=args.budget, programmer_name=args.programmer, search=args.search,
-                        feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on")  # fmt: skip
+                        feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
+                        energy=args.energy)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -356,6 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--programmer llm)")  # fmt: skip
     o.add_argument("--memory", default="on", choices=("on", "off"),
                    help="keep a search memory and show it to the programmer (default on)")
+    o.add_argument("--energy", choices=("off", "passive", "active"),
+                   help="energy per call: off, passive (NVML measures the baseline and the winner; the search is "
+                        "unchanged) or active (also prefer the cheaper of equally fast kernels); default: the "
+                        "configuration's `energy:`, else off")  # fmt: skip
     o.set_defaults(fn=cmd_optimize)
 
     tl = sub.add_parser("tools", help="the micro-profiling tools")

@@ -806,6 +806,8 @@ class EnergyOutcome:
     """Arm name -> solution name."""
     proxy: Mapping[str, dict[str, float]] = field(default_factory=dict)
     """Candidate key -> proxy terms (pJ), for the profiled candidates."""
+    winner_arm: str | None = None
+    """The arm of the published winner (None when the baseline stands)."""
     choice: str = ""
     """How the final choice used energy."""
     notes: tuple[str, ...] = ()
@@ -813,5 +815,44 @@ class EnergyOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "eps": self.eps, "noise": self.noise, "arms": dict(self.arms),
-                "workloads": [w.to_json() for w in self.workloads], "proxy": dict(self.proxy),
-                "choice": self.choice, "notes": list(self.notes)}  # fmt: skip
+                "winner_arm": self.winner_arm, "workloads": [w.to_json() for w in self.workloads],
+                "proxy": dict(self.proxy), "choice": self.choice, "notes": list(self.notes)}  # fmt: skip
+
+    def ratio(self, arm: str) -> float | None:
+        """Geometric mean over workloads of the arm's paired dynamic-energy ratio to the baseline."""
+        rs = [w.measurement.ratios[arm].median for w in self.workloads
+              if w.measurement is not None and arm in w.measurement.ratios]  # fmt: skip
+        rs = [r for r in rs if math.isfinite(r) and r > 0]
+        return math.exp(sum(map(math.log, rs)) / len(rs)) if rs else None
+
+
+# A meter measures named solutions (the first is the reference) on a target's workloads.
+Meter = Callable[[Any, Mapping[str, Any], Sequence[Any]], tuple[WorkloadEnergy, ...]]
+
+
+def nvml_meter(device_kind: str, s: EnergySettings = EnergySettings(), cache_dir: Path | None = None) -> Meter:
+    """The real meter: NVML in this process, each arm in a sandboxed child."""
+
+    def meter(target: Any, solutions: Mapping[str, Any], workloads: Sequence[Any]) -> tuple[WorkloadEnergy, ...]:
+        return measure_solutions(target.definition, solutions, workloads, device_kind, s, flops=target.flops,
+                                 nbytes=target.bytes, cache_dir=cache_dir)  # fmt: skip
+
+    return meter
+
+
+def notes_for_prompt(findings: Sequence[Any], current: ProxyEnergy | None, baseline: ProxyEnergy | None) -> str:
+    """The prompt's energy section: the proxy of the current code and the energy-only findings."""
+    lines = ["Energy is a secondary objective: never give up speed for it. Among equally fast variants, prefer "
+             "the one that executes fewer instructions and moves fewer bytes (fast intrinsics such as "
+             "__fdividef / tl.fdiv(..., ieee_rounding=False) where the tolerance allows, no spills, coalesced "
+             "access)."]  # fmt: skip
+    if current is not None:
+        e = current
+        lines.append(f"Counter-based energy estimate of the current code (paper Eq. 4): {e.total_pj / 1e6:.1f} uJ per "
+                     f"call (DRAM {e.dram_pj / 1e6:.1f}, uncoalesced {e.uncoalesced_pj / 1e6:.1f}, spills "
+                     f"{e.local_pj / 1e6:.1f}, instructions {e.instruction_pj / 1e6:.1f})"
+                     + (f"; the baseline's: {baseline.total_pj / 1e6:.1f} uJ." if baseline is not None else "."))  # fmt: skip
+    for f in findings:
+        fix = f" Fix: {f.recommendations[0]}" if f.recommendations else ""
+        lines.append(f"- [{f.severity}] {f.title} ({f.tool}).{fix}")
+    return "\n".join(lines).strip()

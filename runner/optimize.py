@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from .candidate import Candidate
+from .energy import (
+    EnergyOutcome,
+    Meter,
+    ProxyEnergy,
+    choose,
+    energy_eps,
+    notes_for_prompt,
+    proxy,
+    timing_noise,
+)
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import SearchMemory
@@ -58,6 +68,13 @@ class RunSettings:
     """What is collected when a candidate is profiled (GPU only)."""
     extra_tools: tuple[ProfilingTool, ...] = ()
     """The repository's own tools (from its base branch)."""
+    energy: str = "off"
+    """off | passive (NVML measures the baseline and the winner after the gate; the search is unchanged) |
+    active (also the proxy term in the reward, the energy-only tools, the prompt's energy notes, and the
+    least measured energy among gate-passing candidates within the timing noise)."""
+    tie_noise: float | None = None
+    """Speedup factor within which candidates count as equally fast; None: the gate's gamma or the
+    baseline's measured p90/p10 spread, whichever is wider."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,8 @@ class Result:
     """Time spent profiling."""
     memory: tuple[dict[str, Any], ...] = ()
     """The search memory at the end: section, text, evaluation."""
+    energy: EnergyOutcome | None = None
+    """Energy mode, measurements and how they were used; None when energy is off."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -169,8 +188,15 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     return GateResult(cand, ok, speed, tuple(rows), reason, correctness)
 
 
+def _spreads(outcome: Outcome) -> list[float]:
+    return [r.timing.p90_ms / r.timing.p10_ms for r in outcome.results if r.timing is not None and r.timing.p10_ms > 0]
+
+
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
-             *, base_solution: Solution | None = None, progress: ProgressFn | None = None) -> Result:  # fmt: skip
+             *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
+             meter: Meter | None = None) -> Result:  # fmt: skip
+    """``meter`` measures energy (runner.energy.nvml_meter on a GPU); without one, energy modes other
+    than off record that nothing was measured."""
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
@@ -235,6 +261,11 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
 
     analyses: dict[str, tuple[Profile, Analysis]] = {}
     tools = registry(settings.extra_tools)
+    active = settings.energy == "active"
+    noise = settings.tie_noise or timing_noise(settings.gamma, _spreads(baseline.outcome))
+    eps = energy_eps(noise) if active else 0.0
+    proxies: dict[str, ProxyEnergy] = {}
+    energy_tools = {t.name for t in tools if t.energy_only}
     stage1 = None
     prof_time = [0.0]
 
@@ -250,7 +281,9 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
                                        recorded_timeline(cand.key))  # fmt: skip
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
-        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
+        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active))
+        if active and (e := proxy(prof)) is not None:
+            proxies[cand.key] = e
         append_jsonl(out_dir / "profiles.jsonl", [{"key": cand.key, "seconds": round(secs, 2), "notes": list(prof.notes),
                                                   "findings": [f.to_json() for f in analyses[cand.key][1].findings]}])  # fmt: skip
 
@@ -267,7 +300,9 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             measured_ms={w.uuid: baseline.outcome.latency(w.uuid) for w in workloads}, profile=base_prof,
         )  # fmt: skip
         if base_prof is not None:
-            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
+            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools, energy=active))
+            if active and (e := proxy(base_prof)) is not None:
+                proxies[baseline_cand.key] = e
 
     memory = SearchMemory(enabled=settings.memory)
     memory.key_files(target.files, target.entry_point)
@@ -279,8 +314,14 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             return None
         before = state["best"]
         scored = record(cand, run_eval(cand))
-        if scored.outcome.passed and scored.speedup > before:
-            profile(cand)  # findings on each new best steer the next proposals
+        # Findings on each new best steer the next proposals; with energy active, a candidate as fast
+        # as the best (within the noise) is profiled too, so the proxy can rank it against the best.
+        if scored.outcome.passed and (scored.speedup > before or active and scored.speedup * noise >= before):
+            profile(cand)
+        base_e, e = proxies.get(baseline_cand.key), proxies.get(cand.key)
+        if active and base_e is not None and e is not None and e.total_pj > 0:
+            scored = replace(scored, energy_reduction=base_e.total_pj / e.total_pj, energy_eps=eps)
+            evaluated[-1] = scored
         parent = next((x for x in evaluated if x.candidate.key == cand.parent), None)
         found = analyses[cand.key][1].findings if cand.key in analyses else ()
         memory.observe(len(evaluated) - 1, scored, parent, found)
@@ -295,7 +336,20 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if key is None:
             return "", (), None
         prof, analysis = analyses[key]
+        if active:
+            # Energy findings go to their own, subordinate prompt section (energy_for), not here.
+            analysis = replace(analysis, findings=tuple(f for f in analysis.findings if f.tool not in energy_tools))
         return render(analysis, prof, settings.feedback), analysis.findings, prof
+
+    def energy_for(key: str | None) -> str:
+        if not active:
+            return ""
+        by_key = {x.candidate.key: x.candidate for x in evaluated}
+        while key is not None and key not in analyses:
+            c = by_key.get(key)
+            key = c.parent if c is not None else None
+        found = [f for f in analyses[key][1].findings if f.tool in energy_tools] if key is not None else []
+        return notes_for_prompt(found, proxies.get(key) if key else None, proxies.get(baseline_cand.key))
 
     context = Context(target=target, seen=lambda k: any(s.candidate.key == k for s in evaluated), device=device,
                       gpu_name=str(baseline.outcome.environment.get("hardware", "")),
@@ -311,7 +365,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
             return programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
-                                                               profile=prof, memory=memory.render()))  # fmt: skip
+                                                               profile=prof, memory=memory.render(),
+                                                               energy_notes=energy_for(parent.candidate.key)))  # fmt: skip
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             halted.append(str(e))
@@ -325,21 +380,76 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     elif time.perf_counter() > deadline:
         stop = f"time budget of {target.budget.minutes:g} min spent"
 
-    ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0), key=lambda s: -s.speedup)
+    # Active: the reward (speed, then the proxy within the noise) orders the gate; otherwise speed alone.
+    ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0),
+                    key=lambda s: -(s.reward if active else s.speedup))  # fmt: skip
     gates: list[GateResult] = []
-    winner = None
+    passing: list[GateResult] = []
+    first_speed = 0.0
     floors = {b.uuid: b.floor_ms for b in stage1.workloads if b.floor_ms} if stage1 is not None else None
     for s in ranked[: settings.gate_top]:
+        if passing and not (active and s.speedup * noise >= first_speed):
+            break  # active mode also gates the candidates as fast as the first winner, for the tie-break
         g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors)
         gates.append(g)
         if g.passed:
-            winner = g
-            break
+            passing.append(g)
+            first_speed = first_speed or s.speedup
+    winner, energy = _energy_choice(target, baseline_cand, passing, workloads, settings, meter, noise, eps, proxies)
     if winner is not None:
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines)  # fmt: skip
+                   journal.skipped_lines, energy)  # fmt: skip
+
+
+def _energy_choice(target: Target, baseline: Candidate, passing: list[GateResult], workloads: tuple[Workload, ...],
+                   s: RunSettings, meter: Meter | None, noise: float, eps: float,
+                   proxies: Mapping[str, ProxyEnergy]) -> tuple[GateResult | None, EnergyOutcome | None]:  # fmt: skip
+    """The published winner and the energy record. Passive measures the baseline and the speed-only
+    winner; active measures every passing candidate within the noise and keeps the least energy."""
+    first = passing[0] if passing else None
+    if s.energy == "off":
+        return first, None
+    proxy_json = {k: e.to_json() for k, e in proxies.items()}
+    # Arms: the baseline, then the candidates in gate order (passive: only the first to pass).
+    cands = passing if s.energy == "active" else passing[:1]
+    arms = {"baseline": baseline.solution, **{f"candidate{i + 1}": g.candidate.solution for i, g in enumerate(cands)}}
+    names = {a: sol.name for a, sol in arms.items()}
+    if meter is None:
+        return first, EnergyOutcome(s.energy, eps, noise, (), names, proxy_json, "candidate1" if first else None,
+                                    "energy not measured: no GPU (NVML measures only on a GPU)",
+                                    ("no GPU: energy was not measured",))  # fmt: skip
+    measured = meter(target, arms, workloads)
+    notes = tuple(f"{w.uuid}: {w.note}" for w in measured if w.note)
+    out = EnergyOutcome(s.energy, eps, noise, measured, names, proxy_json, None, "", notes)
+    if not cands:
+        return None, replace(out, choice="no candidate passed the gate: the baseline's energy alone")
+    ratios = [out.ratio(f"candidate{i + 1}") for i in range(len(cands))]
+    if s.energy == "active":
+        c = choose([g.speedup for g in cands], ratios, "active", noise)
+        idx, why = c.index, c.reason
+    else:
+        idx, why = 0, "passive: measured and reported; the choice is speed's alone"
+    arm = f"candidate{idx + 1}"
+    win = _with_energy(cands[idx], measured, arm)
+    return win, replace(out, winner_arm=arm, choice=why)
+
+
+def _with_energy(g: GateResult, measured: tuple[Any, ...], arm: str) -> GateResult:
+    """The gate rows with dynamic energy per call (J) and the paired ratio to the baseline."""
+    by = {w.uuid: w.measurement for w in measured if w.measurement is not None}
+    rows = []
+    for r in g.per_workload:
+        m = by.get(r["uuid"])
+        if m is not None and arm in m.arms and "baseline" in m.arms:
+            ratio = m.ratios.get(arm)
+            r = {**r, "baseline_energy_j": m.arms["baseline"].dynamic_mj.median / 1e3,
+                 "candidate_energy_j": m.arms[arm].dynamic_mj.median / 1e3,
+                 "energy_ratio": ratio.median if ratio else None, "energy_ratio_low": ratio.low if ratio else None,
+                 "energy_ratio_high": ratio.high if ratio else None}  # fmt: skip
+        rows.append(r)
+    return replace(g, per_workload=tuple(rows))
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -356,9 +466,11 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
-            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0) -> Result:  # fmt: skip
+            memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
+            energy: EnergyOutcome | None = None) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    time.perf_counter() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
+                    time.perf_counter() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory,
+                    energy)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -3,9 +3,12 @@ real ncu counters, the objective, and the arms' sandboxed processes (Triton inte
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import statistics
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -309,3 +312,185 @@ def test_choose_prefers_less_energy_only_within_the_noise_and_only_when_active()
     assert choose([1.50, 1.49], [None, None], "active", 1.03).index == 0
     with pytest.raises(ValueError):
         choose([], [], "active", 1.03)
+
+
+# --------------------------------------------------------------------------- the setting
+
+CONFIG = """\
+version: 1
+{energy}targets:
+  - name: swish
+    files: ["swish.py"]
+    language: triton
+    entry_point: swish.py::swish
+    definition:
+      op_type: elementwise
+      axes: {{M: {{type: var}}}}
+      inputs: {{x: {{shape: [M], dtype: float32}}}}
+      outputs: {{y: {{shape: [M], dtype: float32}}}}
+      reference: "def run(x):\\n    return x\\n"
+    workloads: [{{M: 64}}]
+"""
+
+
+@pytest.mark.parametrize(("line", "mode"), [("", "off"), ("energy: off\n", "off"), ("energy: passive\n", "passive"),
+                                             ("energy: active\n", "active"), ("energy: 'off'\n", "off")])  # fmt: skip
+def test_energy_setting_in_the_config(tmp_path: Path, line: str, mode: str) -> None:
+    from kernelpro.runner.config import parse_config
+
+    assert parse_config(CONFIG.format(energy=line), ".kernelpro.yml", tmp_path).energy == mode
+
+
+@pytest.mark.parametrize("bad", ["energy: on\n", "energy: aktive\n", "energy: [active]\n"])
+def test_bad_energy_setting_names_the_line_and_the_fix(tmp_path: Path, bad: str) -> None:
+    from kernelpro.runner.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(CONFIG.format(energy=bad), ".kernelpro.yml", tmp_path)
+    (msg,) = info.value.errors
+    assert msg.startswith(".kernelpro.yml:2: energy: ") and "is not one of off, passive, active" in msg
+    assert "Fix: set `energy: passive`" in msg
+
+
+# --------------------------------------------------------------------------- the loop and the benchmark
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+import energy as bench  # noqa: E402
+
+
+def _replay_meter(scale: dict[str, float], calls: list[list[str]]):
+    """A deterministic meter: the real measurement code over the replayed H200 samples, with each arm's
+    dynamic power scaled as given (by arm position: baseline, candidate1, candidate2)."""
+
+    def meter(target, solutions, workloads):
+        calls.append(list(solutions))
+        clock, dev, runner = replay(dynamic_scale=scale)
+        runner.close = lambda: None  # type: ignore[attr-defined]
+        return measure_solutions(target.definition, solutions, workloads, "cpu", FAST, nbytes=target.bytes,
+                                 open_device=lambda: dev, make_runner=lambda reqs, t: runner, clock=clock,
+                                 sleep=clock.sleep)  # fmt: skip
+
+    return meter
+
+
+@pytest.fixture(scope="module")
+def selection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    """The Swish target with candidates {ieee, fast} (both 1024 per program, equally fast) run through
+    optimize() in each mode. The second candidate to pass the gate is made the cheaper one, so a
+    choice by energy differs from the speed-only choice whatever order the noisy CPU timings give."""
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+
+    out = {}
+    for mode in ("off", "passive", "active"):
+        root = tmp_path_factory.mktemp(mode)
+        t = bench.target(root / "repo", 1 << 20)
+        calls: list[list[str]] = []
+        rs = RunSettings(search="greedy", budget=3, gate_trials=2, energy=mode, tie_noise=100.0,
+                         evaluation=EvalSettings(device="cpu", trials=1))  # fmt: skip
+        r = optimize(t, root / "repo", root / "out", bench.FixedProgrammer(["ieee", "fast"]), rs,
+                     meter=_replay_meter({"candidate1": 1.0, "candidate2": 0.8}, calls))  # fmt: skip
+        out[mode] = (r, calls, root / "out")
+    return out
+
+
+def test_both_candidates_pass_the_gate_so_the_choice_is_a_tie(selection: dict[str, tuple]) -> None:
+    r, _, _ = selection["active"]
+    assert [g.passed for g in r.gates] == [True, True], [g.reason for g in r.gates]
+    assert {g.candidate.params["division"] for g in r.gates} == {"ieee", "fast"}
+
+
+def test_active_mode_publishes_the_cheaper_of_two_equally_fast_kernels(selection: dict[str, tuple]) -> None:
+    r, calls, out = selection["active"]
+    assert calls == [["baseline", "candidate1", "candidate2"]]  # one interleaved run over all three
+    second = r.gates[1].candidate
+    assert r.winner is not None and r.winner.candidate.key == second.key
+    assert r.energy.winner_arm == "candidate2" and "least energy" in r.energy.choice
+    assert r.energy.eps == pytest.approx(energy_eps(100.0))
+    # The published rows carry dynamic energy per call and the paired ratio with its interval.
+    row = r.winner.per_workload[0]
+    assert row["candidate_energy_j"] < row["baseline_energy_j"]
+    assert row["energy_ratio"] == pytest.approx(0.8, rel=1e-3)
+    assert row["energy_ratio_low"] <= row["energy_ratio"] <= row["energy_ratio_high"]
+    result = json.loads((out / "result.json").read_text())
+    assert result["energy_mode"] == "active" and result["energy"]["winner_arm"] == "candidate2"
+    assert result["winner"]["workloads"][0]["energy_ratio"] == pytest.approx(0.8, rel=1e-3)
+    report = (out / "report.md").read_text()
+    assert "## Energy (active)" in report and "candidate2 (published)" in report
+
+
+def test_passive_mode_measures_but_keeps_the_speed_only_choice(selection: dict[str, tuple]) -> None:
+    r, calls, out = selection["passive"]
+    first = next(g for g in r.gates if g.passed)
+    assert r.winner is not None and r.winner.candidate.key == first.candidate.key
+    assert len(r.gates) == 1  # the waterfall stops at the first pass, as with energy off
+    assert calls == [["baseline", "candidate1"]] and r.energy.winner_arm == "candidate1"
+    assert r.energy.eps == 0.0 and "passive" in r.energy.choice
+    assert r.winner.per_workload[0]["baseline_energy_j"] > 0
+    assert "## Energy (passive)" in (out / "report.md").read_text()
+
+
+def test_off_mode_measures_nothing(selection: dict[str, tuple]) -> None:
+    r, calls, out = selection["off"]
+    assert calls == [] and r.energy is None and r.winner is not None
+    result = json.loads((out / "result.json").read_text())
+    assert result["energy"] is None and result["energy_mode"] == "off"
+    assert "baseline_energy_j" not in result["winner"]["workloads"][0]
+    assert "## Energy" not in (out / "report.md").read_text()
+
+
+def test_without_a_meter_the_run_says_energy_was_not_measured(tmp_path: Path) -> None:
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.optimize import RunSettings, optimize
+
+    t = bench.target(tmp_path / "repo", 1 << 20)
+    rs = RunSettings(search="greedy", budget=2, gate_trials=1, energy="passive", evaluation=EvalSettings(device="cpu", trials=1))
+    r = optimize(t, tmp_path / "repo", tmp_path / "out", bench.FixedProgrammer(["fast"]), rs)
+    assert r.energy is not None and r.energy.workloads == () and "no GPU" in r.energy.notes[0]
+    assert "no GPU: energy was not measured" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_benchmark_without_nvml_says_so_and_exits_cleanly(tmp_path: Path) -> None:
+    import subprocess
+
+    p = subprocess.run([sys.executable, str(Path(bench.__file__)), "--tiny", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("NVML unavailable") and "Traceback" not in p.stderr
+    assert json.loads((tmp_path / "energy.json").read_text())["nvml"] == "unavailable"
+
+
+def test_the_fast_division_compiles_to_far_fewer_instructions() -> None:
+    """The paper's mechanism, checked on the real compiler: the same Swish with an IEEE division has
+    about twice the SASS instructions of the fast one (sm_90, compiled on this CPU machine)."""
+    import re
+    import subprocess
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    from kernelpro.runner.profile.sass import find_cuobjdump
+
+    counts = {}
+    for v in ("ieee", "fast"):
+        path = Path(tempfile.mkdtemp()) / f"swish_{v}.py"
+        path.write_text(bench.solution(v, v).sources[0].content)
+        spec = importlib.util.spec_from_file_location(f"swish_{v}", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        src = triton.compiler.ASTSource(mod._swish_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
+                                        "BLOCK": "constexpr"}, constexprs={"BLOCK": 1024})  # fmt: skip
+        try:
+            compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        except Exception as e:  # no ptxas in this triton wheel
+            pytest.skip(f"cannot compile for sm_90 here: {e}")
+        cubin = path.with_suffix(".cubin")
+        cubin.write_bytes(compiled.asm["cubin"])
+        tool = find_cuobjdump()
+        if tool is None:
+            pytest.skip("no cuobjdump")
+        sass = subprocess.run([str(tool), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
+        counts[v] = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line))
+        assert ("div.rn.f32" if v == "ieee" else "div.full.f32") in compiled.asm["ptx"]
+    assert counts["ieee"] > 1.8 * counts["fast"] > 0, counts
