@@ -419,6 +419,22 @@ def test_active_mode_publishes_the_cheaper_of_two_equally_fast_kernels(selection
     assert "## Energy (active)" in report and "candidate2 (published)" in report
 
 
+def test_the_bot_reads_the_energy_into_the_pr_body(selection: dict[str, tuple], tmp_path: Path) -> None:
+    import shutil
+
+    from kernelpro.bot.artifact import load_results
+    from kernelpro.bot.body import render_body
+
+    _, _, out = selection["active"]
+    shutil.copytree(out, tmp_path / "swish")
+    results = load_results(tmp_path, allowed_files={"swish": ["kernels/swish.py"]})
+    w = results.targets[0].winner
+    assert w is not None and w.workloads[0].energy_ratio == pytest.approx(0.8, rel=1e-3)
+    text = render_body(results, pr_number=7, head_sha="0" * 40, run_url=None, kernelpro_version="0.1.0",
+                       programmer="fixed", model=None)  # fmt: skip
+    assert "(x0.800, 95 % CI 0." in text
+
+
 def test_passive_mode_measures_but_keeps_the_speed_only_choice(selection: dict[str, tuple]) -> None:
     r, calls, out = selection["passive"]
     first = next(g for g in r.gates if g.passed)
@@ -494,3 +510,13 @@ def test_the_fast_division_compiles_to_far_fewer_instructions() -> None:
         counts[v] = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line))
         assert ("div.rn.f32" if v == "ieee" else "div.full.f32") in compiled.asm["ptx"]
     assert counts["ieee"] > 1.8 * counts["fast"] > 0, counts
+
+
+def test_pr_body_shows_the_energy_ratio_and_its_interval() -> None:
+    from kernelpro.bot.artifact import WorkloadTiming
+    from kernelpro.bot.body import _energy_ratio
+
+    w = WorkloadTiming("u", "M=4096", 1.0, None, None, 0.5, None, None, 2.0, None, None, 100, 0.012, 0.010,
+                       0.884, 0.871, 0.897)  # fmt: skip
+    assert _energy_ratio(w) == " (x0.884, 95 % CI 0.871-0.897; dynamic, NVML)"
+    assert _energy_ratio(WorkloadTiming("u", "M=1", 1.0, None, None, 0.5, None, None, 2.0, None, None, 1, None, None)) == ""
