@@ -118,7 +118,8 @@ def _energy_table(result: Result) -> list[dict[str, Any]]:
                          "ratio": r.median if r else None, "ratio_low": r.low if r else None,
                          "ratio_high": r.high if r else None, **w.per_work(arm), "idle_w": m.idle_w,
                          "sm_clock_mhz": f"{clocks[0]:.0f}-{clocks[-1]:.0f}" if clocks else "n/a",
-                         "temperature_c": f"{min(temps):.0f}-{max(temps):.0f}" if temps else "n/a"})  # fmt: skip
+                         "temperature_c": f"{min(temps):.0f}-{max(temps):.0f}" if temps else "n/a",
+                         "counter_update_ms": m.counter_update_ms, "notes": list(m.notes)})  # fmt: skip
     return rows
 
 
