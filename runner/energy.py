@@ -333,12 +333,14 @@ def summarize(windows: Sequence[Window], arms: Sequence[str], s: EnergySettings,
 # --------------------------------------------------------------------------- the protocol
 
 
-def _aligned(device: EnergyDevice, after: float, limit_s: float, clock: Callable[[], float],
-             sleep: Callable[[float], None]) -> Reading:  # fmt: skip
-    """The first reading whose counter differs from ``after`` (a fresh update), or the last one."""
+def _fresh(device: EnergyDevice, limit_s: float, clock: Callable[[], float],
+           sleep: Callable[[float], None]) -> Reading:  # fmt: skip
+    """The first reading after the counter's next update (or the last one after ``limit_s``): its value
+    and its time then belong together, whatever the counter's update interval."""
+    now = device.read().energy_mj
     r = device.read()
     t0 = clock()
-    while r.energy_mj == after and clock() - t0 < limit_s:
+    while r.energy_mj == now and clock() - t0 < limit_s:
         sleep(0.0005)
         r = device.read()
     return r
@@ -365,10 +367,15 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
             sleep: Callable[[float], None] = time.sleep) -> Measurement:  # fmt: skip
     """Calibrate, warm up, then K rounds of one window per arm (ABAB...) with idle windows spread in."""
     notes: list[str] = []
-    others = set(device.processes() or ()) - set(runner.pids()) - {os.getpid()}
-    if others:
-        notes.append(f"other processes hold the GPU ({', '.join(map(str, sorted(others)))}): their draw is "
-                     "in every window")  # fmt: skip
+    procs, ours = set(device.processes() or ()), set(runner.pids()) | {os.getpid()}
+    if procs & ours or not ours - {os.getpid()}:
+        others = len(procs - ours)
+    else:
+        # In a container NVML reports host PIDs, which never match ours: count instead.
+        others = len(procs) - len(runner.pids())
+    if others > 0:
+        listed = ", ".join(map(str, sorted(procs - ours)))
+        notes.append(f"{others} other process(es) hold the GPU ({listed}): their draw is in every window")
     tick = counter_update_ms(device, 3 * s.align_s, clock, sleep)
     if tick is None:
         notes.append(f"the energy counter did not change within {3 * s.align_s:.2f} s while idle: windows are "
@@ -393,19 +400,17 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
     windows: list[Window] = []
     k = max(1, s.windows)
     idle_at = sorted({round(i * k / max(s.idle_windows - 1, 1)) for i in range(s.idle_windows)}) if s.idle_windows else []
-    last = device.read().energy_mj
 
     def window(kind: str, arm: str | None, rnd: int) -> None:
-        nonlocal last
-        r0 = _aligned(device, last, s.align_s, clock, sleep)
+        r0 = _fresh(device, s.align_s, clock, sleep)
         t0 = clock()
         if arm is None:
             sleep(s.window_s)
         else:
             runner.run(arm, calls[arm])
         loop = clock() - t0
-        r1 = _aligned(device, r0.energy_mj, s.align_s, clock, sleep)
-        last = r1.energy_mj
+        # The tail until the next update is in the window; idle subtraction takes it back out.
+        r1 = _fresh(device, s.align_s, clock, sleep)
         windows.append(Window(kind, arm, rnd, 0 if arm is None else calls[arm], r1.t - r0.t, loop,
                               r1.energy_mj - r0.energy_mj, r1.sm_clock_mhz, r1.mem_clock_mhz, r1.temperature_c,
                               r1.power_limit_w))  # fmt: skip

@@ -71,6 +71,9 @@ class ReplayDevice:
     _last_t: float = 0.0
     _busy_w: float | None = None
     extra_pids: tuple[int, ...] = ()
+    tick_s: float = 0.0
+    """The counter updates only every tick_s (0: continuously), holding the value of the last update."""
+    _history: list[tuple[float, float]] = field(default_factory=lambda: [(0.0, 0.0)])
 
     def _advance(self) -> None:
         dt = self.clock.now - self._last_t
@@ -79,6 +82,14 @@ class ReplayDevice:
             p = (self._busy_w if self._busy_w is not None else self.rec.idle_w) + self.drift_w_per_s * mid
             self.energy_mj += p * 1e3 * dt
             self._last_t = self.clock.now
+            self._history.append((self.clock.now, self.energy_mj))
+
+    def _energy_at(self, t: float) -> float:
+        # Power is constant between history points, so energy is linear between them.
+        for (t0, e0), (t1, e1) in zip(self._history, self._history[1:], strict=False):
+            if t0 <= t <= t1:
+                return e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+        return self.energy_mj
 
     def busy(self, seconds: float, power_w: float) -> None:
         self._advance()
@@ -89,7 +100,8 @@ class ReplayDevice:
 
     def read(self) -> Reading:
         self._advance()
-        return Reading(self.clock.now, float(math.floor(self.energy_mj)), self._busy_w or self.rec.idle_w,
+        e = self._energy_at(math.floor(self.clock.now / self.tick_s) * self.tick_s) if self.tick_s else self.energy_mj
+        return Reading(self.clock.now, float(math.floor(e)), self._busy_w or self.rec.idle_w,
                        self.rec.sm_clock_mhz, self.rec.mem_clock_mhz, 40.0, self.rec.power_limit_w)  # fmt: skip
 
     def processes(self) -> tuple[int, ...] | None:
@@ -124,6 +136,6 @@ class ReplayRunner:
 
 def replay(**kw: object) -> tuple[Clock, ReplayDevice, ReplayRunner]:
     clock = Clock()
-    dev = ReplayDevice(Recorded.load(), clock, **{k: v for k, v in kw.items() if k in ("drift_w_per_s", "extra_pids")})  # type: ignore[arg-type]
+    dev = ReplayDevice(Recorded.load(), clock, **{k: v for k, v in kw.items() if k in ("drift_w_per_s", "extra_pids", "tick_s")})  # type: ignore[arg-type]
     runner = ReplayRunner(dev, **{k: v for k, v in kw.items() if k in ("dynamic_scale", "time_scale", "jitter", "seed")})  # type: ignore[arg-type]
     return clock, dev, runner

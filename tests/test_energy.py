@@ -520,3 +520,23 @@ def test_pr_body_shows_the_energy_ratio_and_its_interval() -> None:
                        0.884, 0.871, 0.897)  # fmt: skip
     assert _energy_ratio(w) == " (x0.884, 95 % CI 0.871-0.897; dynamic, NVML)"
     assert _energy_ratio(WorkloadTiming("u", "M=1", 1.0, None, None, 0.5, None, None, 2.0, None, None, 1, None, None)) == ""
+
+
+def test_other_processes_are_counted_when_nvml_reports_host_pids() -> None:
+    clock, dev, runner = replay(extra_pids=(90001, 90002, 90003))
+    runner.pids = lambda: (11, 12)  # type: ignore[method-assign]  # our arms, as this PID namespace sees them
+    m = measure(dev, runner, ["a"], FAST, clock=clock, sleep=clock.sleep)
+    assert any(n.startswith("1 other process(es)") for n in m.notes)
+    clock, dev, runner = replay(extra_pids=(90001, 90002))
+    runner.pids = lambda: (11, 12)  # type: ignore[method-assign]
+    assert measure(dev, runner, ["a"], FAST, clock=clock, sleep=clock.sleep).notes == ()
+
+
+def test_windows_aligned_to_a_coarse_counter_still_give_the_energy() -> None:
+    # A counter that updates only every 50 ms (NVML's update interval varies by GPU): each window
+    # starts and ends on an update, so the per-call energy is still right, and the interval is reported.
+    m, _ = _run(["a"], tick_s=0.05)
+    assert m.counter_update_ms == pytest.approx(50.0, rel=0.05)
+    want = (REC.busy_w - REC.idle_w) * REC.call_s * 1e3
+    assert m.arms["a"].dynamic_mj.median == pytest.approx(want, rel=0.01)
+    assert m.idle_w == pytest.approx(REC.idle_w, rel=0.01)
