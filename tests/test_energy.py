@@ -416,7 +416,7 @@ def test_active_mode_publishes_the_cheaper_of_two_equally_fast_kernels(selection
     assert result["energy_mode"] == "active" and result["energy"]["winner_arm"] == "candidate2"
     assert result["winner"]["workloads"][0]["energy_ratio"] == pytest.approx(0.8, rel=1e-3)
     report = (out / "report.md").read_text()
-    assert "## Energy (active)" in report and "candidate2 (published)" in report
+    assert "## Energy (active)" in report and f"candidate2 `{second.solution.name}` (published)" in report
 
 
 def test_the_bot_reads_the_energy_into_the_pr_body(selection: dict[str, tuple], tmp_path: Path) -> None:
@@ -540,3 +540,13 @@ def test_windows_aligned_to_a_coarse_counter_still_give_the_energy() -> None:
     want = (REC.busy_w - REC.idle_w) * REC.call_s * 1e3
     assert m.arms["a"].dynamic_mj.median == pytest.approx(want, rel=0.01)
     assert m.idle_w == pytest.approx(REC.idle_w, rel=0.01)
+
+
+def test_without_scipy_the_interval_comes_from_the_same_bootstrap_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    xs = [10.0, 10.2, 9.9, 10.4, 10.1, 9.8, 10.3, 10.05]
+    with_scipy = median_ci(xs, seed=1)
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # import fails
+    by_hand = median_ci(xs, seed=1)
+    assert by_hand.median == with_scipy.median
+    assert by_hand.low == pytest.approx(with_scipy.low, abs=0.06) and by_hand.high == pytest.approx(with_scipy.high, abs=0.06)
+    assert by_hand.low < by_hand.median < by_hand.high
