@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -124,8 +125,8 @@ def _ci(i: dict[str, float] | Any, fmt: str = "{:.4g}") -> str:
     return f"{fmt.format(d['median'])} ({fmt.format(d['low'])}-{fmt.format(d['high'])})"
 
 
-def part_repeat(dev: NvmlDevice, w: Workload, s: EnergySettings, repeats: int) -> dict[str, Any]:
-    runner = ChildRunner({"swish": _request(solution("swish-fast", "fast"), w, "cuda")}, s.timeout_s)
+def part_repeat(dev: Any, w: Workload, s: EnergySettings, repeats: int, device: str = "cuda") -> dict[str, Any]:
+    runner = ChildRunner({"swish": _request(solution("swish-fast", "fast"), w, device)}, s.timeout_s)
     runs = []
     try:
         for i in range(repeats):
@@ -138,12 +139,13 @@ def part_repeat(dev: NvmlDevice, w: Workload, s: EnergySettings, repeats: int) -
         runner.close()
     dyn = [r["dynamic_mj"] for r in runs]
     tot = [r["total_mj"] for r in runs]
-    spread = {"dynamic": (max(dyn) - min(dyn)) / statistics.median(dyn), "total": (max(tot) - min(tot)) / statistics.median(tot)}
+    spread = {"dynamic": (max(dyn) - min(dyn)) / abs(statistics.median(dyn) or math.nan),
+              "total": (max(tot) - min(tot)) / abs(statistics.median(tot) or math.nan)}
     return {"runs": runs, "spread": spread, "target": 0.03, "ok": spread["dynamic"] <= 0.03}
 
 
-def part_pair(dev: NvmlDevice, w: Workload, s: EnergySettings, arms: dict[str, Solution]) -> dict[str, Any]:
-    runner = ChildRunner({a: _request(sol, w, "cuda") for a, sol in arms.items()}, s.timeout_s)
+def part_pair(dev: Any, w: Workload, s: EnergySettings, arms: dict[str, Solution], device: str = "cuda") -> dict[str, Any]:
+    runner = ChildRunner({a: _request(sol, w, device) for a, sol in arms.items()}, s.timeout_s)
     try:
         m = measure(dev, runner, list(arms), s)
     finally:
@@ -151,20 +153,21 @@ def part_pair(dev: NvmlDevice, w: Workload, s: EnergySettings, arms: dict[str, S
     return m.to_json()
 
 
-def part_timing(w: Workload, variants: Sequence[str]) -> dict[str, Any]:
+def part_timing(w: Workload, variants: Sequence[str], device: str = "cuda") -> dict[str, Any]:
     from kernelpro.runner.evaluator import EvalSettings, evaluate
     from kernelpro.runner.target import Tolerance
 
     out = {}
     for v in variants:
-        o = evaluate(DEFINITION, solution(f"swish-{v}", v), [w], Tolerance(), EvalSettings(device="cuda", reps=200))
+        o = evaluate(DEFINITION, solution(f"swish-{v}", v), [w], Tolerance(), EvalSettings(device=device, reps=200))
         t = o.results[0].timing if o.results else None
         out[v] = {"status": o.status, "median_ms": t.median_ms if t else None, "p10_ms": t.p10_ms if t else None,
                   "p90_ms": t.p90_ms if t else None, "log": o.log[-500:]}  # fmt: skip
     return out
 
 
-def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool) -> dict[str, Any]:
+def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool,
+                open_device: Any = NvmlDevice) -> dict[str, Any]:  # fmt: skip
     from kernelpro.runner.evaluator import EvalSettings
     from kernelpro.runner.optimize import RunSettings, optimize
 
@@ -176,7 +179,7 @@ def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool
                          feedback="tools" if profile and mode == "active" else "none")  # fmt: skip
         t0 = time.perf_counter()
         r = optimize(t, root / "repo", root / "out", FixedProgrammer(["ieee", "fast"]), rs,
-                     meter=nvml_meter(device, s))  # fmt: skip
+                     meter=nvml_meter(device, s, open_device=open_device))  # fmt: skip
         e = r.energy
         out[mode] = {
             "seconds": round(time.perf_counter() - t0, 1),
@@ -192,7 +195,8 @@ def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, open_device: Any = NvmlDevice, device: str = "cuda") -> int:
+    """``open_device`` and ``device`` let a CPU test drive every part through a replayed counter."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--out", default="benchmark-out")
     p.add_argument("--tiny", action="store_true", help="small shapes (CPU smoke run)")
@@ -207,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
-        dev = NvmlDevice()
+        dev = open_device()
     except EnergyUnavailable as e:
         print(f"{e}. Nothing measured; run this on a machine with an NVIDIA GPU and its driver.")
         report.update(nvml="unavailable", reason=str(e))
@@ -215,13 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import torch
 
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         print("NVML unavailable to torch: NVML sees a GPU but torch has no CUDA device; nothing measured.")
         report.update(nvml="no cuda device for torch")
         (out / "energy.json").write_text(json.dumps(report, indent=2) + "\n")
-        dev.close()
+        getattr(dev, "close", lambda: None)()
         return 0
-    m = 1 << 16 if args.tiny else 64 * 1024 * 1024  # 64M fp32: 256 MB in, 256 MB out per call
+    m = 4096 if args.tiny else 64 * 1024 * 1024  # 64M fp32: 256 MB in, 256 MB out per call
     w = Workload.make(DEFINITION, {"M": m})
     s = EnergySettings(window_s=args.window_s, windows=args.windows)
     parts = set(args.parts.split(","))
@@ -231,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if "repeat" in parts:
             t0 = time.perf_counter()
-            rep = part_repeat(dev, w, replace(s, windows=3, idle_windows=2), args.repeats)
+            rep = part_repeat(dev, w, replace(s, windows=3, idle_windows=2), args.repeats, device)
             report["repeatability"] = rep
             print(f"## (a) Repeatability: {args.repeats} measurements of 3 windows each ({time.perf_counter() - t0:.0f} s)\n")
             print("| run | dynamic mJ/call | total mJ/call | idle W | ms/call |\n|---|---|---|---|---|")
@@ -242,19 +246,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"updates every {rep['runs'][0]['counter_update_ms']} ms\n")  # fmt: skip
         if "aa" in parts:
             t0 = time.perf_counter()
-            aa = part_pair(dev, w, s, {"a": solution("swish-fast", "fast"), "a2": solution("swish-fast-2", "fast")})
+            aa = part_pair(dev, w, s, {"a": solution("swish-fast", "fast"), "a2": solution("swish-fast-2", "fast")}, device)
             report["aa"] = aa
             r = aa["ratios"]["a2"]
             print(f"## (b) A/A pair ({time.perf_counter() - t0:.0f} s)\n")
             print(f"Ratio a2/a: {_ci(r, '{:.4f}')}: {'contains 1 (no significant difference)' if r['low'] <= 1 <= r['high'] else 'EXCLUDES 1'}\n")
         if "swish" in parts:
             t0 = time.perf_counter()
-            timing = part_timing(w, ["ieee", "fast", "approx"])
-            pair = part_pair(dev, w, s, {"ieee": solution("swish-ieee", "ieee"), "fast": solution("swish-fast", "fast")})
+            timing = part_timing(w, ["ieee", "fast", "approx"], device)
+            pair = part_pair(dev, w, s, {"ieee": solution("swish-ieee", "ieee"), "fast": solution("swish-fast", "fast")},
+                             device)  # fmt: skip
             approx = None
             if timing["approx"]["status"] == "PASSED":
                 approx = part_pair(dev, w, s, {"ieee": solution("swish-ieee", "ieee"),
-                                               "approx": solution("swish-approx", "approx")})  # fmt: skip
+                                               "approx": solution("swish-approx", "approx")}, device)  # fmt: skip
             report["swish"] = {"timing": timing, "ieee_vs_fast": pair, "ieee_vs_approx": approx}
             print(f"## (c) Swish, IEEE vs fast division ({time.perf_counter() - t0:.0f} s)\n")
             print("| division | status | CUDA-event ms (p10-p90) | dynamic mJ/call (95 % CI) | total mJ/call (95 % CI) | vs ieee (95 % CI) |")
@@ -272,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "select" in parts:
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix="kernelpro-energy-bench-") as tmp:
-                sel = part_select(Path(tmp), m, "cuda", s, not args.no_profile)
+                sel = part_select(Path(tmp), m, device, s, not args.no_profile, open_device)
             report["select"] = sel
             print(f"## (d) The choice among {{ieee, fast}} by mode ({time.perf_counter() - t0:.0f} s)\n")
             print("| mode | gates (division: speedup) | energy vs baseline | published | speed-only choice | why |")
@@ -283,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"| {mode} | {gates} | {ratios} | {r['winner']} | {r['speed_only_choice']} | {r['choice']} |")
             print()
     finally:
-        dev.close()
+        getattr(dev, "close", lambda: None)()
         report["seconds"] = round(time.perf_counter() - t_all, 1)
         (out / "energy.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"Total {report['seconds']} s; JSON in {out / 'energy.json'}")

@@ -855,12 +855,13 @@ class EnergyOutcome:
 Meter = Callable[[Any, Mapping[str, Any], Sequence[Any]], tuple[WorkloadEnergy, ...]]
 
 
-def nvml_meter(device_kind: str, s: EnergySettings = EnergySettings(), cache_dir: Path | None = None) -> Meter:
+def nvml_meter(device_kind: str, s: EnergySettings = EnergySettings(), cache_dir: Path | None = None,
+               open_device: DeviceFactory = NvmlDevice) -> Meter:  # fmt: skip
     """The real meter: NVML in this process, each arm in a sandboxed child."""
 
     def meter(target: Any, solutions: Mapping[str, Any], workloads: Sequence[Any]) -> tuple[WorkloadEnergy, ...]:
         return measure_solutions(target.definition, solutions, workloads, device_kind, s, flops=target.flops,
-                                 nbytes=target.bytes, cache_dir=cache_dir)  # fmt: skip
+                                 nbytes=target.bytes, cache_dir=cache_dir, open_device=open_device)  # fmt: skip
 
     return meter
 

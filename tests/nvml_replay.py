@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,20 @@ class Clock:
 
     def sleep(self, s: float) -> None:
         self.now += max(s, 1e-6)  # polling also advances time, so loops end
+
+
+class RealClock(Clock):
+    """Wall time, for driving real processes: the replayed counter then sees only idle power."""
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    @property  # type: ignore[override]
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def sleep(self, s: float) -> None:
+        time.sleep(s)
 
 
 @dataclass

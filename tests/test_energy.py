@@ -550,3 +550,22 @@ def test_without_scipy_the_interval_comes_from_the_same_bootstrap_by_hand(monkey
     assert by_hand.median == with_scipy.median
     assert by_hand.low == pytest.approx(with_scipy.low, abs=0.06) and by_hand.high == pytest.approx(with_scipy.high, abs=0.06)
     assert by_hand.low < by_hand.median < by_hand.high
+
+
+def test_benchmark_runs_every_part_on_the_cpu_against_a_replayed_counter(tmp_path: Path, capsys) -> None:
+    """Every line of the benchmark, on the CPU: real sandboxed arms in Triton's interpreter, a replayed
+    counter that sees only idle power (so energies are ~0 and flagged), and the real tables and JSON."""
+    from nvml_replay import RealClock, ReplayDevice
+
+    dev = ReplayDevice(REC, RealClock())
+    rc = bench.main(["--tiny", "--out", str(tmp_path), "--windows", "2", "--window-s", "0.05", "--repeats", "2",
+                     "--no-profile"], open_device=lambda: dev, device="cpu")  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    for heading in ("(a) Repeatability", "(b) A/A pair", "(c) Swish", "(d) The choice"):
+        assert heading in out, out
+    report = json.loads((tmp_path / "energy.json").read_text())
+    assert len(report["repeatability"]["runs"]) == 2
+    assert report["swish"]["timing"]["ieee"]["status"] == "PASSED"
+    assert set(report["select"]) == {"passive", "active"}
+    assert report["select"]["passive"]["winner"] in ("ieee", "fast")
