@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None, *, open_device: Any = NvmlDevice, de
                 print(f"| {i} | {r['dynamic_mj']:.4g} | {r['total_mj']:.4g} | {r['idle_w']:.1f} | {r['ms_per_call']:.4g} |")
             print(f"\nSpread of the medians (max-min)/median: dynamic {_pct(rep['spread']['dynamic'])}, total "
                   f"{_pct(rep['spread']['total'])} (target <= 3 %: {'met' if rep['ok'] else 'NOT met'}); counter "
-                  f"updates every {rep['runs'][0]['counter_update_ms']} ms\n")  # fmt: skip
+                  f"updates every {rep['runs'][0]['counter_update_ms'] or float('nan'):.1f} ms\n")  # fmt: skip
         if "aa" in parts:
             t0 = time.perf_counter()
             aa = part_pair(dev, w, s, {"a": solution("swish-fast", "fast"), "a2": solution("swish-fast-2", "fast")}, device)

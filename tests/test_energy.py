@@ -569,3 +569,41 @@ def test_benchmark_runs_every_part_on_the_cpu_against_a_replayed_counter(tmp_pat
     assert report["swish"]["timing"]["ieee"]["status"] == "PASSED"
     assert set(report["select"]) == {"passive", "active"}
     assert report["select"]["passive"]["winner"] in ("ieee", "fast")
+
+
+def test_cli_energy_overrides_the_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import shutil
+
+    import git
+
+    from kernelpro.cli import build_parser, main
+
+    assert build_parser().parse_args(["optimize", "--repo", ".", "--base", "a", "--head", "b", "--out", "o"]).energy is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["optimize", "--repo", ".", "--base", "a", "--head", "b", "--out", "o", "--energy", "max"])
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
+    demo = Path(__file__).parents[1] / "examples" / "demo"
+    repo_dir = tmp_path / "repo"
+    repo = git.Repo.init(repo_dir, initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "t")
+        cw.set_value("user", "email", "t@example.invalid")
+    shutil.copytree(demo / "commit1", repo_dir, dirs_exist_ok=True)
+    cfg = repo_dir / ".kernelpro.yml"
+    cfg.write_text(cfg.read_text().replace("version: 1\n", "version: 1\nenergy: passive\n"))
+    repo.git.add(A=True)
+    repo.index.commit("config")
+    shutil.copytree(demo / "commit2", repo_dir, dirs_exist_ok=True)
+    repo.git.add(A=True)
+    repo.index.commit("kernel")
+    modes = {}
+    for flag in ([], ["--energy", "active"]):
+        out = tmp_path / f"out{len(flag)}"
+        assert main(["optimize", "--repo", str(repo_dir), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                     "--budget", "1", *flag]) == 0  # fmt: skip
+        r = json.loads((out / "swiglu" / "result.json").read_text())
+        modes[tuple(flag)] = (r["energy_mode"], r["energy"]["notes"])
+    assert modes[()] == ("passive", ["no GPU: energy was not measured"])
+    assert modes[("--energy", "active")][0] == "active"
+    assert "Energy: active (no GPU: energy is not measured)" in capsys.readouterr().out
