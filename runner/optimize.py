@@ -355,7 +355,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
                       gpu_name=str(baseline.outcome.environment.get("hardware", "")),
                       bottleneck=stage1.bottleneck if stage1 is not None else "unknown",
                       tool_mode=settings.tool_mode if settings.feedback == "tools" else "proactive",
-                      tools=tools)  # fmt: skip
+                      tools=tools, energy=active)  # fmt: skip
 
     halted: list[str] = []
 

@@ -30,6 +30,7 @@ from kernelpro.runner.energy import (
     measure,
     measure_solutions,
     median_ci,
+    notes_for_prompt,
     proxy,
     summarize,
     timing_noise,
@@ -607,3 +608,28 @@ def test_cli_energy_overrides_the_configuration(tmp_path: Path, monkeypatch: pyt
     assert modes[()] == ("passive", ["no GPU: energy was not measured"])
     assert modes[("--energy", "active")][0] == "active"
     assert "Energy: active (no GPU: energy is not measured)" in capsys.readouterr().out
+
+
+def test_active_mode_offers_the_energy_tools_and_the_energy_prompt_section(tmp_path: Path) -> None:
+    from kernelpro.runner.candidate import Candidate
+    from kernelpro.runner.evaluator import Outcome
+    from kernelpro.runner.programmers import Context
+    from kernelpro.runner.programmers.llm import ToolBox, build_messages
+    from kernelpro.runner.search import Scored
+    from kernelpro.runner.tools import registry, run_tools
+
+    profile = _profile("ncu_high_registers.csv", "sass_high_registers.txt")
+    energy_tools = {t.name for t in registry() if t.energy_only}
+    assert not energy_tools & set(ToolBox(profile, registry(), "compute").names)
+    assert "energy_uncoalesced_access" in ToolBox(profile, registry(), "compute", energy=True).names
+    # The notes hold the proxy and the energy-only findings, never a speed finding.
+    found = [f for f in run_tools(profile, "compute", energy=True).findings if f.tool in energy_tools]
+    notes = notes_for_prompt(found, proxy(profile), proxy(profile))
+    assert "energy_uncoalesced_access" in notes and "uJ per call" in notes and "never give up speed" in notes
+    t = bench.target(tmp_path, 1 << 20)
+    parent = Scored(Candidate(t.solution(tmp_path), None, "init", "baseline"), Outcome("h", "PASSED", ()), 1.0)
+    ctx = Context(target=t, seen=lambda k: False, device="cuda", gpu_name="NVIDIA H200")
+    without = build_messages(parent, "optimize", 1, ctx)[1]["content"]
+    with_notes = build_messages(parent, "optimize", 1, replace(ctx, energy_notes=notes, energy=True))[1]["content"]
+    assert "Energy efficiency notes" not in without
+    assert "## Energy efficiency notes (secondary to speed)\n\n" + notes in with_notes

@@ -47,6 +47,8 @@ class Context:
     the built-in registry."""
     energy_notes: str = ""
     """Energy mode active: the energy-only findings and the proxy estimate, for a subordinate prompt section."""
+    energy: bool = False
+    """Energy is an objective (mode active): reactive mode offers the energy-only tools too."""
 
 
 class Programmer(Protocol):
