@@ -416,7 +416,10 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
     end = clock() + s.warmup_s
     while s.warmup_s > 0 and clock() < end:
         for arm in arms:
-            runner.run(arm, max(1, calls[arm] // 4))
+            # Re-calibrated as the GPU warms: clocks ramp up from idle, so the first estimate is slow.
+            n, t0 = max(1, calls[arm] // 4), clock()
+            runner.run(arm, n)
+            calls[arm] = max(1, math.ceil(s.window_s / max((clock() - t0) / n, 1e-9)))
     windows: list[Window] = []
     k = max(1, s.windows)
     idle_at = sorted({round(i * k / max(s.idle_windows - 1, 1)) for i in range(s.idle_windows)}) if s.idle_windows else []

@@ -633,3 +633,23 @@ def test_active_mode_offers_the_energy_tools_and_the_energy_prompt_section(tmp_p
     with_notes = build_messages(parent, "optimize", 1, replace(ctx, energy_notes=notes, energy=True))[1]["content"]
     assert "Energy efficiency notes" not in without
     assert "## Energy efficiency notes (secondary to speed)\n\n" + notes in with_notes
+
+
+def test_calls_per_window_follow_the_warmed_up_speed() -> None:
+    # The first calls run 3x slower (clocks ramping up from idle): calibrated on them alone, the
+    # windows would be a third of a second; the warm-up re-calibration keeps them >= 1 s.
+    clock, dev, runner = replay()
+    real_run, slow = runner.run, {"left": 9}
+
+    def ramping(arm: str, calls: int) -> None:
+        if slow["left"] > 0:
+            slow["left"] -= 1
+            runner.time_scale[arm] = 3.0
+        else:
+            runner.time_scale[arm] = 1.0
+        real_run(arm, calls)
+
+    runner.run = ramping  # type: ignore[method-assign]
+    m = measure(dev, runner, ["a"], FAST, clock=clock, sleep=clock.sleep)
+    assert all(w.loop_seconds >= 1.0 for w in m.windows if w.kind == "arm")
+    assert m.arms["a"].calls_per_window == math.ceil(1.0 / REC.call_s)
