@@ -38,7 +38,7 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     config = load_config(path, Path(args.repo) if args.repo else None)
     for t in config.targets:
         print(f"ok: target {t.name} ({t.language}, {t.entry_point}, {len(t.workloads)} workloads)")
-    print(f"{path}: valid, {len(config.targets)} target(s)")
+    print(f"{path}: valid, {len(config.targets)} target(s), energy {config.energy}")
     return 0
 
 
