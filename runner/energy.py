@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -885,3 +885,54 @@ def notes_for_prompt(findings: Sequence[Any], current: ProxyEnergy | None, basel
         fix = f" Fix: {f.recommendations[0]}" if f.recommendations else ""
         lines.append(f"- [{f.severity}] {f.title} ({f.tool}).{fix}")
     return "\n".join(lines).strip()
+
+
+def decide(mode: str, target: Any, baseline: Any, passing: Sequence[Any], workloads: Sequence[Any],
+           meter: Meter | None, noise: float, eps: float,
+           proxies: Mapping[str, ProxyEnergy]) -> tuple[Any | None, EnergyOutcome | None]:  # fmt: skip
+    """After the gate: the published winner (a gate result) and the energy record.
+
+    ``passing`` are the gate results that passed, in gate order. Off: the first, nothing measured.
+    Passive: the baseline and the first are measured; the first is published. Active: the baseline
+    and every passing candidate are measured in one interleaved run; among those within ``noise`` of
+    the fastest, the least dynamic energy (paired ratio to the baseline) is published.
+    """
+    first = passing[0] if passing else None
+    if mode == "off":
+        return first, None
+    proxy_json = {k: e.to_json() for k, e in proxies.items()}
+    cands = list(passing) if mode == "active" else list(passing[:1])
+    arms = {"baseline": baseline, **{f"candidate{i + 1}": g.candidate.solution for i, g in enumerate(cands)}}
+    names = {a: sol.name for a, sol in arms.items()}
+    if meter is None:
+        return first, EnergyOutcome(mode, eps, noise, (), names, proxy_json, "candidate1" if first else None,
+                                    "energy not measured: no GPU (NVML measures only on a GPU)",
+                                    ("no GPU: energy was not measured",))  # fmt: skip
+    measured = meter(target, arms, workloads)
+    notes = tuple(f"{w.uuid}: {w.note}" for w in measured if w.note)
+    out = EnergyOutcome(mode, eps, noise, measured, names, proxy_json, None, "", notes)
+    if not cands:
+        return None, replace(out, choice="no candidate passed the gate: the baseline's energy alone")
+    if mode == "active":
+        c = choose([g.speedup for g in cands], [out.ratio(f"candidate{i + 1}") for i in range(len(cands))], mode, noise)
+        idx, why = c.index, c.reason
+    else:
+        idx, why = 0, "passive: measured and reported; the choice is speed's alone"
+    arm = f"candidate{idx + 1}"
+    return with_energy(cands[idx], measured, arm), replace(out, winner_arm=arm, choice=why)
+
+
+def with_energy(gate: Any, measured: Sequence[WorkloadEnergy], arm: str) -> Any:
+    """A gate result whose per-workload rows carry dynamic energy per call (J) and the paired ratio."""
+    by = {w.uuid: w.measurement for w in measured if w.measurement is not None}
+    rows = []
+    for r in gate.per_workload:
+        m = by.get(r["uuid"])
+        if m is not None and arm in m.arms and "baseline" in m.arms:
+            ratio = m.ratios.get(arm)
+            r = {**r, "baseline_energy_j": m.arms["baseline"].dynamic_mj.median / 1e3,
+                 "candidate_energy_j": m.arms[arm].dynamic_mj.median / 1e3,
+                 "energy_ratio": ratio.median if ratio else None, "energy_ratio_low": ratio.low if ratio else None,
+                 "energy_ratio_high": ratio.high if ratio else None}  # fmt: skip
+        rows.append(r)
+    return replace(gate, per_workload=tuple(rows))

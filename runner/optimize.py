@@ -20,7 +20,7 @@ from .energy import (
     EnergyOutcome,
     Meter,
     ProxyEnergy,
-    choose,
+    decide,
     energy_eps,
     notes_for_prompt,
     proxy,
@@ -395,61 +395,13 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if g.passed:
             passing.append(g)
             first_speed = first_speed or s.speedup
-    winner, energy = _energy_choice(target, baseline_cand, passing, workloads, settings, meter, noise, eps, proxies)
+    winner, energy = decide(settings.energy, target, baseline_cand.solution, passing, workloads, meter, noise, eps,
+                            proxies)  # fmt: skip
     if winner is not None:
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
                    journal.skipped_lines, energy)  # fmt: skip
-
-
-def _energy_choice(target: Target, baseline: Candidate, passing: list[GateResult], workloads: tuple[Workload, ...],
-                   s: RunSettings, meter: Meter | None, noise: float, eps: float,
-                   proxies: Mapping[str, ProxyEnergy]) -> tuple[GateResult | None, EnergyOutcome | None]:  # fmt: skip
-    """The published winner and the energy record. Passive measures the baseline and the speed-only
-    winner; active measures every passing candidate within the noise and keeps the least energy."""
-    first = passing[0] if passing else None
-    if s.energy == "off":
-        return first, None
-    proxy_json = {k: e.to_json() for k, e in proxies.items()}
-    # Arms: the baseline, then the candidates in gate order (passive: only the first to pass).
-    cands = passing if s.energy == "active" else passing[:1]
-    arms = {"baseline": baseline.solution, **{f"candidate{i + 1}": g.candidate.solution for i, g in enumerate(cands)}}
-    names = {a: sol.name for a, sol in arms.items()}
-    if meter is None:
-        return first, EnergyOutcome(s.energy, eps, noise, (), names, proxy_json, "candidate1" if first else None,
-                                    "energy not measured: no GPU (NVML measures only on a GPU)",
-                                    ("no GPU: energy was not measured",))  # fmt: skip
-    measured = meter(target, arms, workloads)
-    notes = tuple(f"{w.uuid}: {w.note}" for w in measured if w.note)
-    out = EnergyOutcome(s.energy, eps, noise, measured, names, proxy_json, None, "", notes)
-    if not cands:
-        return None, replace(out, choice="no candidate passed the gate: the baseline's energy alone")
-    ratios = [out.ratio(f"candidate{i + 1}") for i in range(len(cands))]
-    if s.energy == "active":
-        c = choose([g.speedup for g in cands], ratios, "active", noise)
-        idx, why = c.index, c.reason
-    else:
-        idx, why = 0, "passive: measured and reported; the choice is speed's alone"
-    arm = f"candidate{idx + 1}"
-    win = _with_energy(cands[idx], measured, arm)
-    return win, replace(out, winner_arm=arm, choice=why)
-
-
-def _with_energy(g: GateResult, measured: tuple[Any, ...], arm: str) -> GateResult:
-    """The gate rows with dynamic energy per call (J) and the paired ratio to the baseline."""
-    by = {w.uuid: w.measurement for w in measured if w.measurement is not None}
-    rows = []
-    for r in g.per_workload:
-        m = by.get(r["uuid"])
-        if m is not None and arm in m.arms and "baseline" in m.arms:
-            ratio = m.ratios.get(arm)
-            r = {**r, "baseline_energy_j": m.arms["baseline"].dynamic_mj.median / 1e3,
-                 "candidate_energy_j": m.arms[arm].dynamic_mj.median / 1e3,
-                 "energy_ratio": ratio.median if ratio else None, "energy_ratio_low": ratio.low if ratio else None,
-                 "energy_ratio_high": ratio.high if ratio else None}  # fmt: skip
-        rows.append(r)
-    return replace(g, per_workload=tuple(rows))
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
