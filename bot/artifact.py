@@ -126,6 +126,12 @@ class WorkloadTiming:
     """Energy per call of the PR's kernel in joules, when measured."""
     candidate_energy_j: float | None
     """Energy per call of the winner in joules, when measured."""
+    energy_ratio: float | None = None
+    """Winner / PR kernel dynamic energy (median of paired NVML windows), when measured."""
+    energy_ratio_low: float | None = None
+    """Low end of the ratio's 95 % bootstrap interval."""
+    energy_ratio_high: float | None = None
+    """High end of the ratio's 95 % bootstrap interval."""
 
 
 @dataclass(frozen=True)
@@ -481,6 +487,9 @@ def _workload(r: _Reader, v: Any, where: str) -> WorkloadTiming:
         n=None if o.get("n") is None else r.int_(o["n"], f"{where}.n"),
         baseline_energy_j=opt("baseline_energy_j", 1e6),
         candidate_energy_j=opt("candidate_energy_j", 1e6),
+        energy_ratio=opt("energy_ratio", _SPEEDUP_MAX),
+        energy_ratio_low=opt("energy_ratio_low", _SPEEDUP_MAX),
+        energy_ratio_high=opt("energy_ratio_high", _SPEEDUP_MAX),
     )
 
 

@@ -30,7 +30,7 @@ import jinja2
 
 from kernelpro.templates import environment
 
-from .artifact import Results, TargetResults, Winner
+from .artifact import Results, TargetResults, Winner, WorkloadTiming
 
 __all__ = [
     "BODY_LIMIT",
@@ -238,8 +238,17 @@ def _energy_row(t: TargetResults) -> str:
         return NOT_MEASURED
     return "; ".join(
         f"{md(x.axes, 80)}: {_energy(x.baseline_energy_j)} -> {_energy(x.candidate_energy_j)}"
+        + _energy_ratio(x)
         for x in rows
     )
+
+
+def _energy_ratio(x: WorkloadTiming) -> str:
+    if x.energy_ratio is None:
+        return ""
+    ci = (f", 95 % CI {x.energy_ratio_low:.3f}-{x.energy_ratio_high:.3f}"
+          if x.energy_ratio_low is not None and x.energy_ratio_high is not None else "")  # fmt: skip
+    return f" (x{x.energy_ratio:.3f}{ci}; dynamic, NVML)"
 
 
 def _chart(t: TargetResults) -> str | None:

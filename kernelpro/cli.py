@@ -39,7 +39,7 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     config = load_config(path, Path(args.repo) if args.repo else None)
     for t in config.targets:
         print(f"ok: target {t.name} ({t.language}, {t.entry_point}, {len(t.workloads)} workloads)")
-    print(f"{path}: valid, {len(config.targets)} target(s)")
+    print(f"{path}: valid, {len(config.targets)} target(s), energy {config.energy}")
     return 0
 
 
@@ -111,7 +111,8 @@ def _print_snippet(kernels: list[Any], snippet: Any) -> None:
 
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
-                 tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None) -> int:  # fmt: skip
+                 tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None,
+                 energy: str | None = None) -> int:  # fmt: skip
     from kernelpro.runner.programmers import load as load_programmer
     from kernelpro.runner.search import get_strategy
 
@@ -128,7 +129,7 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
     with _gpu_pool(settings, device) as pool:
         return _run_targets(repo, base, head, out, settings, kernel=kernel, budget=budget, programmer=programmer,
                             search=search, feedback=feedback, tool_mode=tool_mode, memory=memory, device=device,
-                            pool=pool, candidates=candidates, extractor=extractor)  # fmt: skip
+                            pool=pool, candidates=candidates, extractor=extractor, energy=energy)  # fmt: skip
 
 
 def _gpu_pool(settings: Settings, device: str) -> Any:
@@ -147,7 +148,8 @@ def _gpu_pool(settings: Settings, device: str) -> Any:
 
 def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer: Any, search: str, feedback: str, tool_mode: str, memory: bool,
-                 device: str, pool: Any, candidates: int | None, extractor: Any) -> int:  # fmt: skip
+                 device: str, pool: Any, candidates: int | None, extractor: Any,
+                 energy: str | None) -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
@@ -177,6 +179,15 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
             _print_snippet(changed_kernels(repo, base, head), config_snippet)
             return 0
         print(f"kernelpro {__version__}: {len(targets)} target(s) on {device}; configuration from the {config_note}")
+        # The command line overrides the configuration; NVML is read only where there is a GPU.
+        energy_mode = energy or config.energy
+        meter = None
+        if energy_mode != "off" and device == "cuda":
+            from kernelpro.runner.energy import nvml_meter
+
+            meter = nvml_meter(device)
+        if energy_mode != "off":
+            print(f"Energy: {energy_mode}" + ("" if meter else " (no GPU: energy is not measured)"))
         if device == "cpu":
             print("No GPU: kernels run in Triton's interpreter on the CPU; timings are not GPU timings.")
         reports, patches, summaries = [], [], []
@@ -201,11 +212,11 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
                     base_solution = None
             rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
                              tool_mode=tool_mode, extra_tools=extra_tools, memory=memory,
-                             per_step=candidates or RunSettings.per_step)  # fmt: skip
+                             per_step=candidates or RunSettings.per_step, energy=energy_mode)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress, extractor=extractor, pool=pool)  # fmt: skip
+                                  progress=progress, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
             finally:
                 progress.close()
             reports.append((t_out / "report.md").read_text())
@@ -235,7 +246,7 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
                         budget=args.budget, programmer_name=args.programmer, search=args.search,
                         feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
-                        candidates=args.candidates)  # fmt: skip
+                        candidates=args.candidates, energy=args.energy)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -401,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep a search memory and show it to the programmer (default on)")
     o.add_argument("--candidates", type=int, metavar="N",
                    help="candidates the programmer writes per expansion (default 4)")
+    o.add_argument("--energy", choices=("off", "passive", "active"),
+                   help="energy per call: off, passive (NVML measures the baseline and the winner; the search is "
+                        "unchanged) or active (also prefer the cheaper of equally fast kernels); default: the "
+                        "configuration's `energy:`, else off")  # fmt: skip
     o.set_defaults(fn=cmd_optimize)
 
     tl = sub.add_parser("tools", help="the micro-profiling tools")

@@ -28,7 +28,8 @@ from .trace import Definition, FormatError, Workload, load_json, load_workloads
 CONFIG_NAME = ".kernelpro.yml"
 VERSIONS = (1,)
 CONFIG_LANGUAGES = ("triton", "cuda", "python")
-TOP_KEYS = ("version", "targets", "tools")
+TOP_KEYS = ("version", "targets", "tools", "energy")
+ENERGY_MODES = ("off", "passive", "active")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
@@ -85,6 +86,8 @@ class Config:
     tools: tuple[Path, ...] = ()
     """The repository's own micro-profiling tools: Python files defining TOOLS = (ProfilingTool(...), ...).
     Read from the base branch only, since they run in kernelpro's own process."""
+    energy: str = "off"
+    """off | passive (measure and report energy) | active (also prefer the cheaper of equally fast kernels)."""
 
     def targets_for(self, changed_paths: Iterable[str]) -> list[Target]:
         """Targets any of whose globs match any of the changed repository-relative paths."""
@@ -157,6 +160,7 @@ class _Parser:
         self.repo_root = repo_root
         self.errors: list[tuple[int, str]] = []
         self.tools: list[Path] = []
+        self.energy = "off"
         self._c = SafeConstructor()
 
     # -- helpers
@@ -307,6 +311,17 @@ class _Parser:
                     f = self.repo_file(n, "tools", text)
                     if f is not None:
                         self.tools.append(f)
+        if "energy" in top:
+            en = top["energy"][1]
+            v = self.value(en)
+            # YAML 1.1 reads a bare `off` as False.
+            mode = "off" if v is False else v
+            if mode in ENERGY_MODES:
+                self.energy = str(mode)
+            else:
+                self.err(en, "energy", f"{v!r} is not one of {_fmt(ENERGY_MODES)}",
+                         "set `energy: passive` to measure and report energy, `energy: active` to also prefer the "
+                         "cheaper of equally fast kernels, or `energy: off`")  # fmt: skip
         if "targets" not in top:
             return version, []
         tn = top["targets"][1]
@@ -744,7 +759,7 @@ def parse_config(text: str, filename: str, repo_root: Path) -> Config:
         raise ConfigError(msg for _, msg in sorted(p.errors, key=lambda e: e[0]))
     path = Path(filename)
     return Config(path=path if path.is_absolute() else Path(repo_root) / path, version=version,
-                  targets=tuple(targets), tools=tuple(p.tools))  # fmt: skip
+                  targets=tuple(targets), tools=tuple(p.tools), energy=p.energy)  # fmt: skip
 
 
 def load_config(path: Path, repo_root: Path | None = None) -> Config:
@@ -767,4 +782,4 @@ def load_config(path: Path, repo_root: Path | None = None) -> Config:
             f"{name}:1: not UTF-8 text ({e.reason}). Fix: save the file as UTF-8."
         ) from None
     cfg = parse_config(text, name, root)
-    return Config(path=path, version=cfg.version, targets=cfg.targets, tools=cfg.tools)
+    return Config(path=path, version=cfg.version, targets=cfg.targets, tools=cfg.tools, energy=cfg.energy)

@@ -18,6 +18,16 @@ from typing import Any
 
 from .candidate import Candidate
 from .cubin import BuildPool, cache_root
+from .energy import (
+    EnergyOutcome,
+    Meter,
+    ProxyEnergy,
+    decide,
+    energy_eps,
+    notes_for_prompt,
+    proxy,
+    timing_noise,
+)
 from .evaluator import EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
@@ -61,6 +71,13 @@ class RunSettings:
     """What is collected when a candidate is profiled (GPU only)."""
     extra_tools: tuple[ProfilingTool, ...] = ()
     """The repository's own tools (from its base branch)."""
+    energy: str = "off"
+    """off | passive (NVML measures the baseline and the winner after the gate; the search is unchanged) |
+    active (also the proxy term in the reward, the energy-only tools, the prompt's energy notes, and the
+    least measured energy among gate-passing candidates within the timing noise)."""
+    tie_noise: float | None = None
+    """Speedup factor within which candidates count as equally fast; None: the gate's gamma or the
+    baseline's measured p90/p10 spread, whichever is wider."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,8 @@ class Result:
     """Time spent profiling."""
     memory: tuple[dict[str, Any], ...] = ()
     """The search memory at the end: section, text, evaluation."""
+    energy: EnergyOutcome | None = None
+    """Energy mode, measurements and how they were used; None when energy is off."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -173,13 +192,18 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     return GateResult(cand, ok, speed, tuple(rows), reason, correctness)
 
 
+def _spreads(outcome: Outcome) -> list[float]:
+    return [r.timing.p90_ms / r.timing.p10_ms for r in outcome.results if r.timing is not None and r.timing.p10_ms > 0]
+
+
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
              *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
              clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None,
-             pool: Pool | None = None) -> Result:  # fmt: skip
+             pool: Pool | None = None, meter: Meter | None = None) -> Result:  # fmt: skip
     """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own. ``extractor``
     keeps the search memory by an LLM call per iteration (None: by rules). ``pool``: one evaluation
-    worker per GPU when there are several."""
+    worker per GPU when there are several. ``meter`` measures energy (runner.energy.nvml_meter on
+    a GPU); without one, energy modes other than off record that nothing was measured."""
     t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
@@ -255,6 +279,11 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
 
     analyses: dict[str, tuple[Profile, Analysis]] = {}
     tools = registry(settings.extra_tools)
+    active = settings.energy == "active"
+    noise = settings.tie_noise or timing_noise(settings.gamma, _spreads(baseline.outcome))
+    eps = energy_eps(noise) if active else 0.0
+    proxies: dict[str, ProxyEnergy] = {}
+    energy_tools = {t.name for t in tools if t.energy_only}
     stage1 = None
     prof_time = [0.0]
 
@@ -272,7 +301,9 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
                                            recorded_timeline(cand.key), triton_cache(cand))  # fmt: skip
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
-        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools))
+        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active))
+        if active and (e := proxy(prof)) is not None:
+            proxies[cand.key] = e
         append_jsonl(out_dir / "profiles.jsonl", [{"key": cand.key, "seconds": round(secs, 2), "notes": list(prof.notes),
                                                   "findings": [f.to_json() for f in analyses[cand.key][1].findings]}])  # fmt: skip
 
@@ -290,7 +321,9 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             measured_ms={w.uuid: baseline.outcome.latency(w.uuid) for w in workloads}, profile=base_prof,
         )  # fmt: skip
         if base_prof is not None:
-            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools))
+            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools, energy=active))
+            if active and (e := proxy(base_prof)) is not None:
+                proxies[baseline_cand.key] = e
 
     memory = SearchMemory(enabled=settings.memory, extractor=extractor, context=ctx_key,
                           journal=out_dir / "memory.jsonl" if extractor is not None else None)  # fmt: skip
@@ -304,8 +337,14 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
             return None
         before = state["best"]
         scored = record(cand, run_eval(cand))
-        if scored.outcome.passed and scored.speedup > before:
-            profile(cand)  # findings on each new best steer the next proposals
+        # Findings on each new best steer the next proposals; with energy active, a candidate as fast
+        # as the best (within the noise) is profiled too, so the proxy can rank it against the best.
+        if scored.outcome.passed and (scored.speedup > before or active and scored.speedup * noise >= before):
+            profile(cand)
+        base_e, e = proxies.get(baseline_cand.key), proxies.get(cand.key)
+        if active and base_e is not None and e is not None and e.total_pj > 0:
+            scored = replace(scored, energy_reduction=base_e.total_pj / e.total_pj, energy_eps=eps)
+            evaluated[-1] = scored
         parent = next((x for x in evaluated if x.candidate.key == cand.parent), None)
         found = analyses[cand.key][1].findings if cand.key in analyses else ()
         memory.observe(len(evaluated) - 1, scored, parent, found)
@@ -320,13 +359,26 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         if key is None:
             return "", (), None
         prof, analysis = analyses[key]
+        if active:
+            # Energy findings go to their own, subordinate prompt section (energy_for), not here.
+            analysis = replace(analysis, findings=tuple(f for f in analysis.findings if f.tool not in energy_tools))
         return render(analysis, prof, settings.feedback), analysis.findings, prof
+
+    def energy_for(key: str | None) -> str:
+        if not active:
+            return ""
+        by_key = {x.candidate.key: x.candidate for x in evaluated}
+        while key is not None and key not in analyses:
+            c = by_key.get(key)
+            key = c.parent if c is not None else None
+        found = [f for f in analyses[key][1].findings if f.tool in energy_tools] if key is not None else []
+        return notes_for_prompt(found, proxies.get(key) if key else None, proxies.get(baseline_cand.key))
 
     context = Context(target=target, seen=lambda k: any(s.candidate.key == k for s in evaluated), device=device,
                       gpu_name=str(baseline.outcome.environment.get("hardware", "")),
                       bottleneck=stage1.bottleneck if stage1 is not None else "unknown",
                       tool_mode=settings.tool_mode if settings.feedback == "tools" else "proactive",
-                      tools=tools)  # fmt: skip
+                      tools=tools, energy=active)  # fmt: skip
 
     halted: list[str] = []
     # CUDA candidates compile on every CPU core while the GPU measures the first of the batch.
@@ -338,7 +390,8 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
             cands = programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
-                                                                profile=prof, memory=memory.render()))  # fmt: skip
+                                                                profile=prof, memory=memory.render(),
+                                                                energy_notes=energy_for(parent.candidate.key)))  # fmt: skip
             if builds is not None:
                 new = [c for c in cands if journal.get(c.key) is None]
                 builds.submit([c.solution for c in new], [cache_root(triton_cache(c)) for c in new])
@@ -353,11 +406,11 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     # A resumed run rebuilds the search from its journal (parent links included) and goes on from there.
     done = {baseline_cand.key, base_branch.candidate.key if base_branch is not None else ""}
     history: list[Scored] = []
-    for e in journal:
-        if e.candidate.key not in done and len(evaluated) < budget:
-            done.add(e.candidate.key)
-            parent = next((x for x in evaluated if x.candidate.key == e.candidate.parent), None)
-            history.append(record(e.candidate, e.outcome))
+    for entry in journal:
+        if entry.candidate.key not in done and len(evaluated) < budget:
+            done.add(entry.candidate.key)
+            parent = next((x for x in evaluated if x.candidate.key == entry.candidate.parent), None)
+            history.append(record(entry.candidate, entry.outcome))
             if not restored:  # the model's entries came back from memory.jsonl: no need to ask again
                 memory.observe(len(evaluated) - 1, history[-1], parent)
     try:
@@ -372,23 +425,30 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     elif clock() > deadline:
         stop = f"time budget of {target.budget.minutes:g} min spent"
 
-    ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0), key=lambda s: -s.speedup)
+    # Active: the reward (speed, then the proxy within the noise) orders the gate; otherwise speed alone.
+    ranked = sorted((s for s in evaluated[1:] if s.outcome.passed and s.speedup > 1.0),
+                    key=lambda s: -(s.reward if active else s.speedup))  # fmt: skip
     gates: list[GateResult] = []
-    winner = None
+    passing: list[GateResult] = []
+    first_speed = 0.0
     floors = {b.uuid: b.floor_ms for b in stage1.workloads if b.floor_ms} if stage1 is not None else None
     if schedule is not None:
         schedule.drain()
     for s in ranked[: settings.gate_top]:
+        if passing and not (active and s.speedup * noise >= first_speed):
+            break  # active mode also gates the candidates as fast as the first winner, for the tie-break
         g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors, schedule)
         gates.append(g)
         if g.passed:
-            winner = g
-            break
+            passing.append(g)
+            first_speed = first_speed or s.speedup
+    winner, energy = decide(settings.energy, target, baseline_cand.solution, passing, workloads, meter, noise, eps,
+                            proxies)  # fmt: skip
     if winner is not None:
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines, clock=clock)  # fmt: skip
+                   journal.skipped_lines, energy, clock=clock)  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -406,9 +466,10 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
             memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
-            clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
+            energy: EnergyOutcome | None = None, clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
-                    clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory)  # fmt: skip
+                    clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory,
+                    energy)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -87,6 +87,9 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "baseline_analysis": _analysis(result, result.baseline.candidate.key),
         "winner_analysis": _analysis(result, w.candidate.key if w else None),
         "profile_seconds": round(result.profile_seconds, 2),
+        "energy_mode": settings.energy,
+        "energy": None if result.energy is None else result.energy.to_json(),
+        "energy_table": _energy_table(result),
         # Where the time went, summed over search evaluations (the gate's are not included).
         "seconds_by_stage": {
             "child_wall": round(sum(s.outcome.wall_seconds for s in result.evaluated), 2),
@@ -95,6 +98,33 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             "build": round(sum(s.outcome.build_seconds for s in result.evaluated), 2),
         },
     }
+
+
+def _energy_table(result: Result) -> list[dict[str, Any]]:
+    """One row per workload and arm: dynamic and total mJ per call with intervals, ratio, J/GB, conditions."""
+    e = result.energy
+    if e is None:
+        return []
+    rows = []
+    for w in e.workloads:
+        m = w.measurement
+        if m is None:
+            continue
+        arm_windows = [x for x in m.windows if x.kind == "arm"]
+        clocks = sorted({x.sm_clock_mhz for x in arm_windows if x.sm_clock_mhz})
+        temps = [x.temperature_c for x in arm_windows if x.temperature_c is not None]
+        for arm, a in m.arms.items():
+            r = m.ratios.get(arm)
+            rows.append({"uuid": w.uuid, "arm": arm, "solution": e.arms.get(arm, arm), "winner": arm == e.winner_arm,
+                         "dynamic_mj": a.dynamic_mj.median, "dynamic_low": a.dynamic_mj.low,
+                         "dynamic_high": a.dynamic_mj.high, "total_mj": a.total_mj.median, "total_low": a.total_mj.low,
+                         "total_high": a.total_mj.high, "ms_per_call": a.ms_per_call, "windows": a.windows,
+                         "ratio": r.median if r else None, "ratio_low": r.low if r else None,
+                         "ratio_high": r.high if r else None, **w.per_work(arm), "idle_w": m.idle_w,
+                         "sm_clock_mhz": f"{clocks[0]:.0f}-{clocks[-1]:.0f}" if clocks else "n/a",
+                         "temperature_c": f"{min(temps):.0f}-{max(temps):.0f}" if temps else "n/a",
+                         "counter_update_ms": m.counter_update_ms, "notes": list(m.notes)})  # fmt: skip
+    return rows
 
 
 def _stage1(result: Result) -> dict[str, Any] | None:

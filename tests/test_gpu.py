@@ -411,3 +411,51 @@ def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, t
     assert result.winner is None or result.winner.passed
     # The baseline was profiled (Stage 1) and so was every new best: profiling ran beside the pool.
     assert result.baseline.candidate.key in result.analyses
+def test_nvml_energy_per_call_on_the_gpu(tmp_path):
+    """The NVML protocol on the real device: an A/A pair of the Swish kernel in sandboxed arms."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import energy as bench
+
+    from kernelpro.runner.energy import ChildRunner, EnergySettings, NvmlDevice, measure
+    from kernelpro.runner.trace import Workload
+
+    w = Workload.make(bench.DEFINITION, {"M": 16 * 1024 * 1024})
+    reqs = {a: bench._request(bench.solution(f"swish-{a}", "fast"), w, "cuda") for a in ("a", "a2")}
+    dev = NvmlDevice()
+    runner = ChildRunner(reqs, timeout_s=300)
+    try:
+        m = measure(dev, runner, ["a", "a2"], EnergySettings(windows=3, warmup_s=1.0))
+    finally:
+        runner.close()
+        dev.close()
+    (tmp_path / "nvml_aa.json").write_text(json.dumps(m.to_json(), indent=2))
+    _keep(tmp_path / "nvml_aa.json")
+    assert 20 < m.idle_w < 400, m.idle_w
+    for arm in ("a", "a2"):
+        a = m.arms[arm]
+        assert a.dynamic_mj.median > 0 and a.total_mj.median > a.dynamic_mj.median, a
+        assert a.calls_per_window * a.ms_per_call / 1e3 >= 0.9  # windows of about 1 s or more
+    assert abs(m.ratios["a2"].median - 1.0) < 0.05, m.ratios
+    assert all(x.sm_clock_mhz and x.power_limit_w for x in m.windows)
+
+
+def test_optimize_with_energy_passive_on_the_gpu(tmp_path, monkeypatch):
+    """`kernelpro optimize --energy passive`: the winner's gate rows carry NVML energy per call."""
+    from kernelpro.cli import make_demo_repo
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    repo = make_demo_repo(tmp_path / "repo")
+    out = tmp_path / "out"
+    assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                 "--budget", "4", "--feedback", "none", "--energy", "passive"]) == 0  # fmt: skip
+    result = json.loads((out / "swiglu" / "result.json").read_text())
+    _keep(out / "swiglu" / "result.json")
+    energy = result["energy"]
+    assert result["energy_mode"] == "passive" and energy["notes"] == [], energy["notes"]
+    assert all(w["measurement"] is not None for w in energy["workloads"])
+    if result["winner"]:
+        row = result["winner"]["workloads"][0]
+        assert row["baseline_energy_j"] > 0 and row["candidate_energy_j"] > 0 and row["energy_ratio"] > 0
+    assert "## Energy (passive)" in (out / "swiglu" / "report.md").read_text()

@@ -45,6 +45,10 @@ class Context:
     tools: tuple[Any, ...] = ()
     """The registered ProfilingTools (built-in plus the repository's own), for reactive mode; empty means
     the built-in registry."""
+    energy_notes: str = ""
+    """Energy mode active: the energy-only findings and the proxy estimate, for a subordinate prompt section."""
+    energy: bool = False
+    """Energy is an objective (mode active): reactive mode offers the energy-only tools too."""
 
 
 class Programmer(Protocol):

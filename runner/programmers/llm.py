@@ -153,16 +153,17 @@ class ToolBox:
     """The functions of one reactive conversation, bound to the parent's profile.
 
     Offered: every tool (``Context.tools``, else the built-in registry) whose evidence the profile
-    holds, except the energy-only ones (energy is not an objective of the search, so the proactive
-    orchestrator does not run them either), and ``list_metrics`` when there are metrics to list.
+    holds, except the energy-only ones unless energy is an objective (as the proactive orchestrator
+    does), and ``list_metrics`` when there are metrics to list.
     """
 
-    def __init__(self, profile: Profile, tools: Sequence[ProfilingTool], bottleneck: str = "unknown") -> None:
+    def __init__(self, profile: Profile, tools: Sequence[ProfilingTool], bottleneck: str = "unknown",
+                 energy: bool = False) -> None:  # fmt: skip
         self.profile = profile
         self.bottleneck = bottleneck
         self.tools: dict[str, ProfilingTool] = {}
         for t in tools:
-            if t.energy_only or not t.available(profile):
+            if t.energy_only and not energy or not t.available(profile):
                 continue
             if not _FUNCTION_NAME.fullmatch(t.name) or t.name == LIST_METRICS:
                 log.warning("llm: tool %r is not offered: its name is not a valid function name", t.name)
@@ -246,7 +247,7 @@ def toolbox(context: Context) -> ToolBox | None:
     profile = context.profile
     if not _reactive(context) or profile is None:
         return None
-    box = ToolBox(profile, context.tools or registry(), context.bottleneck)
+    box = ToolBox(profile, context.tools or registry(), context.bottleneck, context.energy)
     return box if box.names else None
 
 
@@ -321,6 +322,7 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rou
         d=target.definition,
         feedback="" if _reactive(context) else context.feedback,
         memory=context.memory,
+        energy_notes=context.energy_notes,
         tool_rounds=tool_rounds,
         bottleneck=context.bottleneck,
         workloads=[dict(w.axes) for w in workloads],

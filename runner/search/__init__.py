@@ -32,13 +32,21 @@ class Scored:
     """What the evaluator found."""
     speedup: float
     """Geometric-mean speedup over the baseline across workloads; 0.0 when it failed."""
+    energy_reduction: float | None = None
+    """Baseline / candidate counter-based energy (runner.energy.proxy); None when not profiled."""
+    energy_eps: float = 0.0
+    """Weight of the energy term (0 unless energy is active); see runner.energy.energy_eps."""
 
     @property
     def reward(self) -> float:
         # The energy term (eps * ln(energy reduction)) belongs here, added to the speed term of a
         # passing candidate only, so failures keep their fixed penalties.
         if self.outcome.passed:
-            return math.log(max(self.speedup, 1e-9))
+            # Lexicographic: eps is small enough that a speed difference outside the timing noise
+            # always outweighs the (clamped) energy term.
+            from ..energy import energy_term
+
+            return math.log(max(self.speedup, 1e-9)) + energy_term(self.energy_eps, self.energy_reduction)
         if self.outcome.status.startswith("INCORRECT"):
             return INCORRECT_REWARD
         return CRASH_REWARD
