@@ -1,22 +1,29 @@
-"""Run untrusted candidate code in a fresh process: scrubbed environment, own directory, time limit.
+"""Run untrusted candidate code in a fresh process: scrubbed environment, own directory, no network,
+a memory limit and a time limit.
 
 Generated code is hostile. It gets no tokens or keys (the environment is rebuilt from an allowlist,
-not filtered from a denylist), a private temporary directory as cwd and HOME, and a wall-clock
-limit after which its whole process group is killed. A crash or a GPU fault ends only that process.
+not filtered from a denylist, and checked once more against names that look like secrets), a private
+temporary directory as cwd and HOME, a network namespace of its own where the OS allows it (``unshare
+-n`` as root, ``unshare -rn`` through a user namespace otherwise: only a loopback that is down), and
+a wall-clock limit after which its whole process group is killed. The memory limit is applied by the
+harness itself (runner/harness.py), after CUDA is up. A crash or a GPU fault ends only that process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +34,24 @@ _ALLOWED = (
     "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV",
     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS",
 )  # fmt: skip
+# Names that must never reach a candidate, whatever the allowlist or a caller's extras say.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE|^AWS_|^ACTIONS_|"
+                          r"^GITHUB_|^GH_|^KERNELPRO_LLM|^OPENAI_|^AZURE_|^GOOGLE_|^HF_|^SSH_", re.I)  # fmt: skip
+
+NO_ISOLATION = "network isolation unavailable"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself is misconfigured (never the candidate's fault)."""
 
 
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: os.environ[k] for k in _ALLOWED if k in os.environ}
     env.update(extra or {})
+    leaked = sorted(k for k in env if _SECRET_NAME.search(k))
+    if leaked:
+        raise SandboxError(f"refusing to start a candidate with {leaked} in its environment; "
+                           "remove them from the sandbox's extra variables")  # fmt: skip
     return env
 
 
@@ -47,11 +67,49 @@ class ChildResult:
     """Tail of the child's stdout/stderr."""
     seconds: float
     """Wall time of the child."""
+    sandbox: Mapping[str, str] = field(default_factory=dict)
+    """How the child was confined: network, and the command prefix that did it."""
+    collected: Any = None
+    """What ``collect`` returned (read from the child's directory before it was deleted)."""
+
+
+_PROBE_CPU = "pass"
+# A CUDA context inside the namespace, so a driver that refuses one is found before any candidate.
+_PROBE_CUDA = ("import ctypes\nlib = ctypes.CDLL('libcuda.so.1')\nassert lib.cuInit(0) == 0, 'cuInit failed'\n"
+               "n = ctypes.c_int()\nassert lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0\n")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def network_isolation(device: str, unshare: str | None = "unshare") -> tuple[tuple[str, ...], str]:
+    """(command prefix, description): the first of ``unshare -n`` (root) / ``unshare -rn`` under which
+    a probe runs (and, for CUDA, initialises the driver); else no prefix and why not."""
+    path = shutil.which(unshare) if unshare else None
+    if path is None:
+        return (), f"{NO_ISOLATION}: no unshare (util-linux) on PATH"
+    prefixes = ([(path, "-n")] if os.geteuid() == 0 else []) + [(path, "-rn")]
+    errors = []
+    for prefix in prefixes:
+        probe = [*prefix, sys.executable, "-c", _PROBE_CUDA if device == "cuda" else _PROBE_CPU]
+        try:
+            p = subprocess.run(probe, capture_output=True, text=True, timeout=120, env=scrubbed_env(),
+                               stdin=subprocess.DEVNULL)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            errors.append(f"{' '.join(prefix)}: {e}")
+            continue
+        if p.returncode == 0:
+            return tuple(prefix), f"isolated ({os.path.basename(prefix[0])} {prefix[1]}: own network namespace)"
+        errors.append(f"{' '.join(prefix)}: exit {p.returncode} {p.stderr.strip()[-200:]}")
+    return (), f"{NO_ISOLATION}: " + "; ".join(errors)
 
 
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
-              cache_dir: Path | None = None, wrapper: Sequence[str] = ()) -> ChildResult:  # fmt: skip
-    """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself)."""
+              cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
+              collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None) -> ChildResult:  # fmt: skip
+    """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
+    ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
+    deleted when this returns."""
+    prefix, network = network_isolation(device) if isolate else ((), f"{NO_ISOLATION}: turned off")
+    sandbox = {"network": network}
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
@@ -61,7 +119,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         if cache_dir is not None:
             # Compiled kernels are keyed by their source hash; sharing the cache skips recompiles.
             extra["TRITON_CACHE_DIR"] = str(cache_dir)
-        cmd = [*wrapper, sys.executable, "-m", "kernelpro.runner.harness",
+        cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -75,19 +133,25 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             _kill_group(proc)
             out, _ = proc.communicate()
             timed_out = True
+        # A candidate's stray threads or grandchildren die with it: nothing of it outlives the call.
+        _kill_group(proc)
         seconds = time.perf_counter() - t0
         log = out.decode(errors="replace")[-4000:]
         if timed_out:
-            return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds)
+            return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds, sandbox)
         result_file = work / "result.json"
         if proc.returncode != 0 or not result_file.exists():
-            return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds)
+            return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds, sandbox)
         try:
-            return ChildResult("OK", json.loads(result_file.read_text()), log, seconds)
-        except json.JSONDecodeError as e:
-            return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds)
+            doc = json.loads(result_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
+        if not isinstance(doc, dict):
+            return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
+        collected = collect(work, doc, seconds) if collect is not None else None
+        return ChildResult("OK", doc, log, seconds, sandbox, collected)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

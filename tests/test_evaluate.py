@@ -437,11 +437,6 @@ def run(a, b):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN GAP, issue 3: the candidate runs in the harness's process, so it can overwrite "
-    "the result file (sys.argv[2]) and exit; verification and timing must move out of its process",
-)
 def test_candidate_cannot_forge_its_result(tmp_path: Path, defs: Any, fib_trace: Any) -> None:
     sol = solution(tmp_path, "forger", PY_FORGES_RESULT, language="python")
     rc, lines = evaluate(defs, sol, fib_trace, trials=1)
