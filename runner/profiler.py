@@ -47,7 +47,8 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
         wrapper = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
                    "-f", "-o", str(rep)]  # fmt: skip
         req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
-        child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache, wrapper=wrapper)
+        # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
+        child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache, wrapper=wrapper, privileged=True)
         report = rep.with_suffix(".ncu-rep")
         if child.status != "OK" or not report.exists():
             # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix.

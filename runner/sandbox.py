@@ -3,9 +3,10 @@ a memory limit and a time limit.
 
 Generated code is hostile. It gets no tokens or keys (the environment is rebuilt from an allowlist,
 not filtered from a denylist, and checked once more against names that look like secrets), a private
-temporary directory as cwd and HOME, a network namespace of its own where the OS allows it (``unshare
--n`` as root, ``unshare -rn`` through a user namespace otherwise: only a loopback that is down), and
-a wall-clock limit after which its whole process group is killed. The memory limit is applied by the
+temporary directory as cwd and HOME, namespaces of its own where the OS allows them (``unshare``:
+a user namespace, so the runner's own rights stay outside; a network namespace with only a loopback
+that is down; a pid namespace with its own /proc, so no other process, the parent included, can be
+seen), and a wall-clock limit after which its whole process group is killed. The memory limit is applied by the
 harness itself (runner/harness.py), after CUDA is up. A crash or a GPU fault ends only that process.
 """
 
@@ -79,36 +80,49 @@ _PROBE_CUDA = ("import ctypes\nlib = ctypes.CDLL('libcuda.so.1')\nassert lib.cuI
                "n = ctypes.c_int()\nassert lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0\n")  # fmt: skip
 
 
+# Most confined first. A user namespace (-r) drops whatever the runner's user could do outside it
+# (read the parent's /proc/PID/environ, raise its limits); a pid namespace with its own /proc (-p
+# --mount-proc) hides every other process; --kill-child takes the candidate down with unshare.
+_CONFINED = ("--kill-child", "--mount-proc")
+_VARIANTS_USER = (("-r", "-n", "-p", *_CONFINED), ("-r", "-n"))
+_VARIANTS_ROOT = (("-n", "-p", *_CONFINED), ("-n",))
+
+
 @functools.lru_cache(maxsize=8)
-def network_isolation(device: str, unshare: str | None = "unshare") -> tuple[tuple[str, ...], str]:
-    """(command prefix, description): the first of ``unshare -n`` (root) / ``unshare -rn`` under which
-    a probe runs (and, for CUDA, initialises the driver); else no prefix and why not."""
+def network_isolation(device: str, unshare: str | None = "unshare", privileged: bool = False) -> tuple[tuple[str, ...], str]:
+    """(command prefix, description): the first unshare variant under which a probe runs (and, for
+    CUDA, initialises the driver); else no prefix and why not. ``privileged`` (a profiler that needs
+    the runner's own rights to read GPU counters) tries the variants without a user namespace first."""
     path = shutil.which(unshare) if unshare else None
     if path is None:
         return (), f"{NO_ISOLATION}: no unshare (util-linux) on PATH"
-    prefixes = ([(path, "-n")] if os.geteuid() == 0 else []) + [(path, "-rn")]
+    root = os.geteuid() == 0
+    variants = (_VARIANTS_ROOT + _VARIANTS_USER if privileged else _VARIANTS_USER + _VARIANTS_ROOT) if root \
+        else _VARIANTS_USER
     errors = []
-    for prefix in prefixes:
+    for flags in variants:
+        prefix = (path, *flags)
         probe = [*prefix, sys.executable, "-c", _PROBE_CUDA if device == "cuda" else _PROBE_CPU]
         try:
             p = subprocess.run(probe, capture_output=True, text=True, timeout=120, env=scrubbed_env(),
                                stdin=subprocess.DEVNULL)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as e:
-            errors.append(f"{' '.join(prefix)}: {e}")
+            errors.append(f"unshare {' '.join(flags)}: {e}")
             continue
         if p.returncode == 0:
-            return tuple(prefix), f"isolated ({os.path.basename(prefix[0])} {prefix[1]}: own network namespace)"
-        errors.append(f"{' '.join(prefix)}: exit {p.returncode} {p.stderr.strip()[-200:]}")
+            return prefix, f"isolated (unshare {' '.join(flags)}: own network namespace)"
+        errors.append(f"unshare {' '.join(flags)}: exit {p.returncode} {p.stderr.strip()[-200:]}")
     return (), f"{NO_ISOLATION}: " + "; ".join(errors)
 
 
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
+              privileged: bool = False,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns."""
-    prefix, network = network_isolation(device) if isolate else ((), f"{NO_ISOLATION}: turned off")
+    prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     sandbox = {"network": network}
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
