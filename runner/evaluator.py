@@ -205,6 +205,8 @@ class _Reference:
     """Per workload, per trial: the float64 reference outputs (empty when not asked for)."""
     checks: tuple[tuple[list[Any], ...], ...]
     """Per workload, per timing check: the reference outputs."""
+    checks64: tuple[tuple[list[Any], ...], ...]
+    """Per workload, per timing check: the float64 reference outputs (empty when not asked for)."""
     timing: tuple[Timing | None, ...]
     """Per workload: the reference's own timing, when asked for."""
     environment: Mapping[str, Any]
@@ -243,6 +245,7 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
             trials=tuple(tuple(_load(work / "ref" / f) for f in e["trials"]) for e in entries),
             float64=tuple(tuple(_load(work / "ref" / f) for f in e["float64"]) for e in entries),
             checks=tuple(tuple(_load(work / "ref" / f) for f in e["checks"]) for e in entries),
+            checks64=tuple(tuple(_load(work / "ref" / f) for f in e["checks64"]) for e in entries),
             timing=tuple(Timing.from_json(e["timing"]) if e.get("timing") else None for e in entries),
             environment=doc["environment"],
         )  # fmt: skip
@@ -277,7 +280,7 @@ def _judge_outputs(work: Path, wi: int, definition: Definition, ref: _Reference,
     jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
              {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
             for t in range(trials) for r in (0, 1)]  # fmt: skip
-    jobs += [(f"w{wi}_c{j}.pt", want, None, {"timed_call": j, "reason_if_wrong": "a timed call on a reused, "
+    jobs += [(f"w{wi}_c{j}.pt", want, ref.checks64[wi][j] if ref.checks64[wi] else None, {"timed_call": j, "reason_if_wrong": "a timed call on a reused, "
               "re-randomised buffer set returned wrong outputs (a cache keyed on pointers?)"})
              for j, want in enumerate(ref.checks[wi])]  # fmt: skip
     for fname, want, want64, where in jobs:

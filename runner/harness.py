@@ -293,18 +293,22 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     rotate, trials, base = req["timing"]["rotate"], req["trials"], req["seed"]
     entries = []
     for wi, workload in enumerate(req["workloads"]):
-        entry: dict[str, Any] = {"uuid": workload["uuid"], "trials": [], "checks": [], "float64": []}
+        entry: dict[str, Any] = {"uuid": workload["uuid"], "trials": [], "checks": [], "float64": [],
+                                 "checks64": []}  # fmt: skip
+
+        def outputs(inputs: list[Any], kind: str, name: str, entry: dict[str, Any] = entry) -> None:
+            entry[kind].append(_save(_as_tuple(ref(*_clone(inputs))), workdir / "ref" / f"{name}.pt"))
+            if req.get("float64_reference"):
+                wide = [x.double() if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else x for x in inputs]
+                entry["float64" if kind == "trials" else "checks64"].append(
+                    _save(_as_tuple(ref(*wide)), workdir / "ref" / f"{name}_f64.pt"))
+
         with torch.no_grad():
             for t in range(trials):
-                inputs = _trial_inputs(definition, workload, base, t, trials, device)
-                entry["trials"].append(_save(_as_tuple(ref(*_clone(inputs))), workdir / "ref" / f"w{wi}_t{t}.pt"))
-                if req.get("float64_reference"):
-                    wide = [x.double() if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else x
-                            for x in inputs]  # fmt: skip
-                    entry["float64"].append(_save(_as_tuple(ref(*wide)), workdir / "ref" / f"w{wi}_t{t}_f64.pt"))
+                outputs(_trial_inputs(definition, workload, base, t, trials, device), "trials", f"w{wi}_t{t}")
             for j in range(rotate):
-                inputs = _make_inputs(definition, workload, check_seed(base, j, workload["uuid"]), device)
-                entry["checks"].append(_save(_as_tuple(ref(*inputs)), workdir / "ref" / f"w{wi}_c{j}.pt"))
+                seed = check_seed(base, j, workload["uuid"])
+                outputs(_make_inputs(definition, workload, seed, device), "checks", f"w{wi}_c{j}")
         if req.get("time_reference"):
             entry["timing"] = _time(lambda *a: _as_tuple(ref(*a)), req, workload, device, False, None)
         entries.append(entry)
