@@ -250,8 +250,8 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
             environment=doc["environment"],
         )  # fmt: skip
 
-    child = run_child({**req, "mode": "reference"}, timeout_s=s.timeout_s, device=s.device,
-                      cache_dir=s.cache_dir, isolate=s.isolate_network, collect=collect)  # fmt: skip
+    child = run_child({**req, "mode": "reference"}, timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir,
+                      isolate=s.isolate_network, memory_limit_mb=_watchdog_mb(s), collect=collect)  # fmt: skip
     if child.status != "OK" or not isinstance(child.collected, _Reference):
         return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
     _REFERENCES[key] = child.collected
@@ -381,8 +381,8 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         return _judge(definition, workloads, req, ref, work, doc, seconds)
 
     child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
-                      isolate=settings.isolate_network, collect=collect)  # fmt: skip
-    environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child)}}
+                      isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect)  # fmt: skip
+    environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child, settings)}}
     if child.status != "OK" or child.result is None:
         status = "TIMEOUT" if child.status == "TIMEOUT" else "RUNTIME_ERROR"
         return Outcome(h, status, (), environment=environment, log=child.log, wall_seconds=child.seconds,
@@ -412,10 +412,19 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     )
 
 
-def _memory(child: ChildResult) -> dict[str, str]:
+# Resident memory of torch, CUDA and Triton before the candidate allocates anything.
+_STARTUP_MB = 4096
+
+
+def _watchdog_mb(s: EvalSettings) -> int:
+    return s.memory_limit_mb + _STARTUP_MB if s.memory_limit_mb > 0 else 0
+
+
+def _memory(child: ChildResult, s: EvalSettings) -> dict[str, str]:
     env = (child.result or {}).get("environment")
     limit = env.get("memory_limit") if isinstance(env, dict) else None
-    return {"memory": str(limit)} if limit else {}
+    watch = f"resident-memory watchdog at {_watchdog_mb(s)} MiB" if s.memory_limit_mb > 0 else "no watchdog"
+    return {"memory": f"{limit}; {watch}" if limit else watch}
 
 
 def traces(definition: Definition, solution: Solution, workloads: Sequence[Workload], outcome: Outcome) -> list[Trace]:

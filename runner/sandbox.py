@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,11 +118,12 @@ def network_isolation(device: str, unshare: str | None = "unshare", privileged: 
 
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
-              privileged: bool = False,
+              privileged: bool = False, memory_limit_mb: int = 0,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
-    deleted when this returns."""
+    deleted when this returns. ``memory_limit_mb`` caps the resident memory of the child's whole
+    process group, watched from here (the child's own RLIMIT_DATA is set by the harness)."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     sandbox = {"network": network}
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
@@ -140,19 +142,14 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            timed_out = True
-        # A candidate's stray threads or grandchildren die with it: nothing of it outlives the call.
-        _kill_group(proc)
+        ended = _watch(proc, t0 + timeout_s, memory_limit_mb)
         seconds = time.perf_counter() - t0
-        log = out.decode(errors="replace")[-4000:]
-        if timed_out:
+        log = ended.log
+        if ended.reason == "timeout":
             return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds, sandbox)
+        if ended.reason == "memory":
+            return ChildResult("CRASHED", None, f"killed: its processes held {ended.rss_mb:.0f} MiB of host memory, "
+                               f"above the limit of {memory_limit_mb} MiB\n{log}", seconds, sandbox)  # fmt: skip
         result_file = work / "result.json"
         if proc.returncode != 0 or not result_file.exists():
             return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds, sandbox)
@@ -164,6 +161,67 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How a watched child ended."""
+
+    reason: str
+    """'exit', 'timeout' or 'memory'."""
+    log: str
+    """The last 4000 characters it printed."""
+    rss_mb: float = 0.0
+    """Resident memory of its group when it was killed for memory."""
+
+
+def _watch(proc: subprocess.Popen[bytes], deadline: float, memory_limit_mb: int) -> _Ended:
+    """Wait for the child, killing its group at the deadline or above the memory limit. Its output
+    is drained on a thread and only the tail kept: a candidate that prints gigabytes costs nothing."""
+    tail = bytearray()
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read(65536), b""):  # type: ignore[union-attr]
+            tail.extend(chunk)
+            del tail[:-16384]
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    reason, rss = "exit", 0.0
+    while proc.poll() is None:
+        if time.perf_counter() > deadline:
+            reason = "timeout"
+        elif memory_limit_mb > 0 and (rss := _group_rss_mb(proc.pid)) > memory_limit_mb:
+            reason = "memory"
+        if reason != "exit":
+            _kill_group(proc)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    # Stray threads or grandchildren of the candidate die with it: nothing of it outlives the call.
+    _kill_group(proc)
+    reader.join(timeout=5)
+    return _Ended(reason, tail.decode(errors="replace")[-4000:], rss)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _group_rss_mb(pgid: int) -> float:
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+            if int(fields[2]) == pgid:
+                total += int(fields[21]) * _PAGE  # rss, in pages
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 2**20
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

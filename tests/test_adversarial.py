@@ -191,3 +191,21 @@ def test_a_crash_ends_only_that_candidate(tmp_path: Path) -> None:
     assert crash.status == "RUNTIME_ERROR" and "exit code -11" in crash.log
     after = evaluate(SWIGLU, candidate("after", PY_TORCH), LOADS, Tolerance(), settings(tmp_path))
     assert after.passed, after.log
+
+
+def test_the_parent_kills_a_group_above_its_resident_memory_limit() -> None:
+    """The limit that also holds under CUDA (where RLIMIT_DATA is not set): a process of the group
+    that touches 1.5 GiB is killed at 400 MiB, quickly, and its output tail survives."""
+    import subprocess
+    import sys
+    import time
+
+    from kernelpro.runner.sandbox import _watch
+
+    hog = "import time; print('start', flush=True); x = b'x' * (1536 * 2**20); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    t0 = time.perf_counter()
+    ended = _watch(proc, t0 + 60, 400)
+    assert ended.reason == "memory" and ended.rss_mb > 400 and "start" in ended.log
+    assert time.perf_counter() - t0 < 20 and proc.returncode == -9
