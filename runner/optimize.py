@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -133,10 +134,14 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
           s: RunSettings, floors: Mapping[str, float] | None = None) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
     # drift in clocks or load affects both.
-    es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50))
-    b = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
-    c = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
-    b2 = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
+    # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
+    # of the baseline in the shared one (one planted now is undone by taking the faster baseline).
+    with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
+        es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
+                     cache_dir=Path(cache))  # fmt: skip
+        b = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
+        c = evaluate(target.definition, cand.solution, workloads, target.tolerance, es)
+        b2 = evaluate(target.definition, base.solution, workloads, target.tolerance, es)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:

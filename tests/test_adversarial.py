@@ -209,3 +209,27 @@ def test_the_parent_kills_a_group_above_its_resident_memory_limit() -> None:
     ended = _watch(proc, t0 + 60, 400)
     assert ended.reason == "memory" and ended.rss_mb > 400 and "start" in ended.log
     assert time.perf_counter() - t0 < 20 and proc.returncode == -9
+
+
+def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate of the search shares the Triton cache and could plant a slow build of the
+    baseline there; the final gate's three evaluations use a fresh cache, removed afterwards."""
+    import kernelpro.runner.optimize as opt
+    from kernelpro.runner.candidate import Candidate
+    from kernelpro.runner.target import Target
+
+    seen: list[Path | None] = []
+
+    def spy(*args: object) -> Outcome:
+        seen.append(args[-1].cache_dir)  # type: ignore[attr-defined]
+        return evaluate(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opt, "evaluate", spy)
+    target = Target("swiglu", "python", ("cand.py",), "cand.py::run", SWIGLU, tuple(LOADS))
+    base = Candidate(candidate("base", PY_TORCH), None, "init", "baseline")
+    shared = tmp_path / "shared-cache"
+    rs = opt.RunSettings(gate_trials=5, evaluation=settings(tmp_path, cache_dir=shared))
+    g = opt._gate(target, base, base, tuple(LOADS), rs)
+    assert g.per_workload and g.correctness[0]["trials"] == 5
+    assert len(seen) == 3 and len(set(seen)) == 1 and seen[0] is not None
+    assert seen[0] != shared and not seen[0].exists()
