@@ -283,6 +283,7 @@ def _judge_outputs(work: Path, wi: int, definition: Definition, ref: _Reference,
     jobs += [(f"w{wi}_c{j}.pt", want, ref.checks64[wi][j] if ref.checks64[wi] else None, {"timed_call": j, "reason_if_wrong": "a timed call on a reused, "
               "re-randomised buffer set returned wrong outputs (a cache keyed on pointers?)"})
              for j, want in enumerate(ref.checks[wi])]  # fmt: skip
+    previous: list[Any] = []
     for fname, want, want64, where in jobs:
         path = work / "out" / fname
         if not path.is_file():
@@ -294,6 +295,9 @@ def _judge_outputs(work: Path, wi: int, definition: Definition, ref: _Reference,
         if not isinstance(got, list) or len(got) != len(named):
             n = len(got) if isinstance(got, list) else 1
             raise _Verdict("INCORRECT_SHAPE", f"returned {n} outputs, the definition has {len(named)}")
+        if where.get("run") == "second poison" and _identical(got, previous):
+            continue  # bit for bit the first run of this trial, which passed: the same verdict, for free
+        previous = got
         for k, ((name, spec), g) in enumerate(zip(named, got, strict=True)):
             a, r = tol["atol"].get(spec.dtype, 0.0), tol["rtol"].get(spec.dtype, 0.0)
             verdict, stats = compare(name, spec.dtype, g, want[k], a, r, want64[k] if want64 else None)
@@ -310,6 +314,16 @@ def _judge_outputs(work: Path, wi: int, definition: Definition, ref: _Reference,
     if ratios:
         out["float64_ratio"] = max(ratios)
     return out
+
+
+def _identical(a: list[Any], b: list[Any]) -> bool:
+    import torch
+
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
+        and x.shape == y.shape and x.stride() == y.stride() and torch.equal(x, y)
+        for x, y in zip(a, b, strict=True)
+    )  # fmt: skip
 
 
 def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float]) -> Timing:
