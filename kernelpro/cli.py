@@ -80,6 +80,8 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{t.workload.uuid}: {ev.status}{perf}")
     if not outcome.passed:
         print(outcome.log.strip()[-1500:], file=sys.stderr)
+    for k, v in outcome.environment.get("sandbox", {}).items():
+        print(f"sandbox {k}: {v}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -216,6 +217,7 @@ class _Reference:
 # A search run evaluates every candidate on the same seeds and the gate on other ones: two entries.
 _REFERENCES: OrderedDict[str, _Reference] = OrderedDict()
 _KEEP_REFERENCES = 2
+_REFERENCES_LOCK = threading.Lock()  # evaluation workers (one per GPU) may share this process
 
 
 def _reference_key(req: Mapping[str, Any]) -> str:
@@ -235,9 +237,10 @@ def _load(path: Path) -> Any:
 def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
     """The cached reference outputs, or why they could not be computed."""
     key = _reference_key(req)
-    if key in _REFERENCES:
-        _REFERENCES.move_to_end(key)
-        return _REFERENCES[key]
+    with _REFERENCES_LOCK:
+        if key in _REFERENCES:
+            _REFERENCES.move_to_end(key)
+            return _REFERENCES[key]
 
     def collect(work: Path, doc: Mapping[str, Any], _seconds: float) -> _Reference:
         entries = doc["workloads"]
@@ -254,9 +257,10 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
                       isolate=s.isolate_network, memory_limit_mb=_watchdog_mb(s), collect=collect)  # fmt: skip
     if child.status != "OK" or not isinstance(child.collected, _Reference):
         return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
-    _REFERENCES[key] = child.collected
-    while len(_REFERENCES) > _KEEP_REFERENCES:
-        _REFERENCES.popitem(last=False)
+    with _REFERENCES_LOCK:
+        _REFERENCES[key] = child.collected
+        while len(_REFERENCES) > _KEEP_REFERENCES:
+            _REFERENCES.popitem(last=False)
     return child.collected
 
 
