@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and args.tiny:
         p.error("--tiny is the CPU check of this script; on the GPU run the defaults")
     tiny = args.tiny
-    m_aa, m_rep, m_thr = (1, 1, 1) if tiny else (1024, 8192, 256)
+    m_aa, m_rep, m_thr = (1, 1, 1) if tiny else (512, 8192, 256)
     gates, copies = (1, 2) if tiny else (args.aa_gates, args.aa_copies)
     reps, thr = (2, 1) if tiny else (args.repeat_runs, args.throughput_runs)
     out = Path(args.out)
@@ -127,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as tmp:
         cache = Path(tmp) / "triton-cache"
         res: dict[str, Any] = {"device": args.device, "tiny": tiny}
-        res["aa"] = aa(args.device, gates, copies, m_aa, cache)
-        res["repeat"] = repeat(args.device, reps, m_rep, cache)
-        res["throughput"] = throughput(args.device, thr, m_thr, Path(tmp))
+        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache)),
+                 ("repeat", lambda: repeat(args.device, reps, m_rep, cache)),
+                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp))))  # fmt: skip
+        for name, part in parts:
+            t1 = time.perf_counter()
+            res[name] = part()
+            print(f"[{name}: {time.perf_counter() - t1:.0f} s]", file=sys.stderr, flush=True)
+            # Written after every part: a run stopped by a time limit still leaves what it measured.
+            (out / "evaluator.json").write_text(json.dumps(res, indent=2) + "\n")
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     (out / "evaluator.json").write_text(json.dumps(res, indent=2) + "\n")
     a, r, t = res["aa"], res["repeat"], res["throughput"]
