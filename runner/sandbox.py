@@ -116,6 +116,22 @@ def network_isolation(device: str, unshare: str | None = "unshare", privileged: 
     return (), f"{NO_ISOLATION}: " + "; ".join(errors)
 
 
+@functools.lru_cache(maxsize=1)
+def protect_parent() -> str:
+    """Make this process non-dumpable before it starts any candidate: a process of the same user can
+    then no longer read its memory or /proc/PID/environ (where the LLM key and tokens are), with or
+    without namespaces. Its children are dumpable again after their exec, so nothing else changes."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
+            return f"parent not protected: prctl failed (errno {ctypes.get_errno()})"
+        return "parent not dumpable"
+    except (OSError, AttributeError) as e:
+        return f"parent not protected: {e}"
+
+
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
               privileged: bool = False, memory_limit_mb: int = 0,
@@ -125,7 +141,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     deleted when this returns. ``memory_limit_mb`` caps the resident memory of the child's whole
     process group, watched from here (the child's own RLIMIT_DATA is set by the harness)."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
-    sandbox = {"network": network}
+    sandbox = {"network": network, "parent": protect_parent()}
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))

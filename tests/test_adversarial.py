@@ -233,3 +233,44 @@ def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatc
     assert g.per_workload and g.correctness[0]["trials"] == 5
     assert len(seen) == 3 and len(set(seen)) == 1 and seen[0] is not None
     assert seen[0] != shared and not seen[0].exists()
+
+
+_DRIVER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_adversarial import LOADS, SWIGLU, candidate, fixture, settings
+from kernelpro.runner.evaluator import evaluate
+from kernelpro.runner.target import Tolerance
+from pathlib import Path
+source, _, dps = fixture("env_secrets")
+es = settings(Path(sys.argv[2]), isolate_network=sys.argv[3] == "1", trials=1)
+o = evaluate(SWIGLU, candidate("env", source, dps), LOADS, Tolerance(), es)
+print(json.dumps({"status": o.status, "log": o.log, "sandbox": o.environment["sandbox"]}))
+"""
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["namespaces", "no_namespaces"])
+def test_secrets_in_the_orchestrators_own_environment_stay_there(tmp_path: Path, isolate: bool) -> None:
+    """The secrets are in the initial environment of the process that runs the evaluation (as in a
+    workflow step), where /proc/PID/environ shows them; the candidate reads every environ it can reach.
+    With or without namespaces it finds none: the orchestrator makes itself non-dumpable."""
+    import os
+    import subprocess
+    import sys
+
+    if not isolate and os.geteuid() == 0:
+        pytest.skip("as root a process reads any environ (CAP_SYS_PTRACE) unless a user namespace drops it: "
+                    "without namespaces the runner must not be root (docs/github.md)")  # fmt: skip
+    if isolate and not network_isolation("cpu")[0]:
+        pytest.skip(f"no namespaces on this machine: {network_isolation('cpu')[1]}")
+    env = {**os.environ, **SECRETS}
+    p = subprocess.run([sys.executable, "-c", _DRIVER, str(Path(__file__).parent), str(tmp_path), "1" if isolate else "0"],
+                       capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["status"] == "RUNTIME_ERROR" and "EXFILTRATED=" in res["log"]
+    assert res["sandbox"]["parent"] == "parent not dumpable"
+    if not isolate:
+        assert re.search(r"proc\d+': 'unreadable: Permission denied", res["log"]), res["log"][-1500:]
+    for k, v in SECRETS.items():
+        assert k not in res["log"] and v not in res["log"]
