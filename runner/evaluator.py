@@ -36,6 +36,9 @@ from .trace import (
     Workload,
 )
 
+EVALUATOR_VERSION = 2
+"""Bumped when a verdict could change: 2 = judged by the parent on saved outputs (issue 3)."""
+
 
 @dataclass(frozen=True)
 class Timing:

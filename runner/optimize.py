@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .candidate import Candidate
-from .evaluator import EvalSettings, Outcome, evaluate, traces
+from .evaluator import EVALUATOR_VERSION, EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import SearchMemory
 from .profile import Profile, Timeline
@@ -191,7 +191,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     ctx_key = context_key({
         "definition": target.definition.to_json(), "workloads": [w.to_json() for w in workloads],
         "tolerance": [target.tolerance.atol, target.tolerance.rtol], "device": device, "trials": es.trials,
-        "seed": es.seed,
+        "seed": es.seed, "evaluator": EVALUATOR_VERSION,  # verdicts of an older evaluator are not resumed
     })  # fmt: skip
     journal = Journal(out_dir / "journal.jsonl", ctx_key)
     resumed = len(journal)
