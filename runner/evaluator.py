@@ -380,6 +380,9 @@ def _judge(definition: Definition, workloads: Sequence[Workload], req: Mapping[s
         except _Verdict as v:
             results.append(WorkloadResult(w.uuid, v.status, v.log, v.correctness))
             break
+        except Exception as e:  # tensors the candidate wrote are data; odd ones must not stop the loop
+            results.append(WorkloadResult(w.uuid, "RUNTIME_ERROR", f"its outputs could not be judged: {e!r}"[:2000]))
+            break
     else:
         if len(entries) < len(workloads) and (not results or results[-1].status == "PASSED"):
             missing = workloads[len(entries)].uuid

@@ -54,7 +54,7 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 
 
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
-          "input_mutation", "racy", "forge_result", "forge_outputs", "segfault", "memory_hog"]  # fmt: skip
+          "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog"]  # fmt: skip
 
 
 def test_every_fixture_is_tested() -> None:
@@ -86,6 +86,7 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         "forge_result": "malformed status 'PASSED'",
         "forge_outputs": "produced no outputs",
         "memory_hog": "alloc",
+        "odd_tensors": "could not be judged",
         "late_thread": "NaN-poisoned",
     }.get(name)
     assert why is None or why in log, log[-1500:]
