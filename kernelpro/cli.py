@@ -69,7 +69,8 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
     if not workloads:
         raise UsageError(f"{args.workloads} holds no workloads")
     device = settings.resolved_device()
-    es = EvalSettings(device=device, timeout_s=args.timeout, trials=args.trials, time_reference=True)
+    es = EvalSettings(device=device, timeout_s=args.timeout, trials=args.trials, time_reference=True,
+                      float64_reference=args.float64_reference)
     outcome = evaluate(definition, solution, workloads, Tolerance(args.atol, args.rtol), es)
     lines = traces(definition, solution, workloads, outcome)
     append_jsonl(args.out, [t.to_json() for t in lines])
@@ -80,6 +81,8 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{t.workload.uuid}: {ev.status}{perf}")
     if not outcome.passed:
         print(outcome.log.strip()[-1500:], file=sys.stderr)
+    for k, v in outcome.environment.get("sandbox", {}).items():
+        print(f"sandbox {k}: {v}", file=sys.stderr)
     return 0
 
 
@@ -388,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--workloads", help="JSONL of workloads (or workload traces)")
     e.add_argument("--out", required=True, help="trace JSONL to append to")
     e.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole evaluation (default 300)")
-    e.add_argument("--trials", type=int, default=3, help="fresh seeded input sets per workload (default 3)")
+    e.add_argument("--trials", type=int, default=5, help="fresh seeded input sets per workload (default 5)")
+    e.add_argument("--float64-reference", action="store_true",
+                   help="also run the reference in float64; accept TF32-style differences by KernelOPT's ratio")
     e.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: per dtype)")
     e.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: per dtype)")
     e.set_defaults(fn=cmd_evaluate)

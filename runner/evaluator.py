@@ -1,20 +1,31 @@
-"""Evaluate one Solution against a Definition on workloads: the parent side of the harness.
+"""Evaluate one Solution against a Definition on workloads: the trusted side of the harness.
+
+Two children per definition, never one: a reference child (trusted code only; its outputs are
+computed once per definition, workloads and seeds, held here in memory and their files deleted
+before any candidate runs) and, per candidate, a child that only runs the candidate and saves what
+it produced. Every correctness decision is made here, on tensors loaded with ``weights_only=True``;
+nothing the candidate's process says about its own correctness is believed.
 
 Failure is a value: every path through ``evaluate`` returns an Outcome, whatever the candidate did.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .sandbox import run_child
+from .sandbox import ChildResult, run_child
 from .target import Tolerance
 from .trace import (
+    STATUSES,
     Correctness,
     Definition,
     Environment,
@@ -24,6 +35,9 @@ from .trace import (
     Trace,
     Workload,
 )
+
+EVALUATOR_VERSION = 2
+"""Bumped when a verdict could change: 2 = judged by the parent on saved outputs (issue 3)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,12 @@ class EvalSettings:
     """Triton cache shared by candidates."""
     timeline: bool = False
     """After timing, record the launch timeline of the largest workload (GPU only)."""
+    float64_reference: bool = False
+    """Also run the reference in float64 and accept TF32-style differences by KernelOPT's error ratio."""
+    memory_limit_mb: int = 32_768
+    """Host memory a child may allocate beyond its start-up (RLIMIT_DATA); 0 for no limit."""
+    isolate_network: bool = True
+    """Run children in a network namespace of their own where the OS allows it."""
 
 
 def _request(definition: Definition, solution: Solution, workloads: Sequence[Workload],
@@ -170,11 +190,204 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
                    "reps_cpu": s.reps_cpu, "rotate": s.rotate},  # fmt: skip
         "time_reference": s.time_reference,
         "timeline": s.timeline,
+        "float64_reference": s.float64_reference,
+        "memory_limit_mb": s.memory_limit_mb,
     }
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """The reference child's outputs for one (definition, workloads, seeds), held by the parent."""
+
+    trials: tuple[tuple[list[Any], ...], ...]
+    """Per workload, per trial: the reference outputs."""
+    float64: tuple[tuple[list[Any], ...], ...]
+    """Per workload, per trial: the float64 reference outputs (empty when not asked for)."""
+    checks: tuple[tuple[list[Any], ...], ...]
+    """Per workload, per timing check: the reference outputs."""
+    checks64: tuple[tuple[list[Any], ...], ...]
+    """Per workload, per timing check: the float64 reference outputs (empty when not asked for)."""
+    timing: tuple[Timing | None, ...]
+    """Per workload: the reference's own timing, when asked for."""
+    environment: Mapping[str, Any]
+    """hardware and libraries, as the trusted child saw them."""
+
+
+# A search run evaluates every candidate on the same seeds and the gate on other ones: two entries.
+_REFERENCES: OrderedDict[str, _Reference] = OrderedDict()
+_KEEP_REFERENCES = 2
+_REFERENCES_LOCK = threading.Lock()  # evaluation workers (one per GPU) may share this process
+
+
+def _reference_key(req: Mapping[str, Any]) -> str:
+    parts = {k: req[k] for k in ("definition", "workloads", "device", "trials", "seed", "time_reference",
+                                 "float64_reference")}  # fmt: skip
+    parts["rotate"] = req["timing"]["rotate"]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _load(path: Path) -> Any:
+    import torch
+
+    # mmap: the data stays in the (deleted) file's pages, not in this process's heap.
+    return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+
+
+def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
+    """The cached reference outputs, or why they could not be computed."""
+    key = _reference_key(req)
+    with _REFERENCES_LOCK:
+        if key in _REFERENCES:
+            _REFERENCES.move_to_end(key)
+            return _REFERENCES[key]
+
+    def collect(work: Path, doc: Mapping[str, Any], _seconds: float) -> _Reference:
+        entries = doc["workloads"]
+        return _Reference(
+            trials=tuple(tuple(_load(work / "ref" / f) for f in e["trials"]) for e in entries),
+            float64=tuple(tuple(_load(work / "ref" / f) for f in e["float64"]) for e in entries),
+            checks=tuple(tuple(_load(work / "ref" / f) for f in e["checks"]) for e in entries),
+            checks64=tuple(tuple(_load(work / "ref" / f) for f in e["checks64"]) for e in entries),
+            timing=tuple(Timing.from_json(e["timing"]) if e.get("timing") else None for e in entries),
+            environment=doc["environment"],
+        )  # fmt: skip
+
+    child = run_child({**req, "mode": "reference"}, timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir,
+                      isolate=s.isolate_network, memory_limit_mb=_watchdog_mb(s), collect=collect)  # fmt: skip
+    if child.status != "OK" or not isinstance(child.collected, _Reference):
+        return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
+    with _REFERENCES_LOCK:
+        _REFERENCES[key] = child.collected
+        while len(_REFERENCES) > _KEEP_REFERENCES:
+            _REFERENCES.popitem(last=False)
+    return child.collected
+
+
+class _Verdict(Exception):
+    """A workload's failure, found while judging the candidate's outputs."""
+
+    def __init__(self, status: str, log: str, correctness: Mapping[str, Any] | None = None):
+        super().__init__(log)
+        self.status, self.log, self.correctness = status, log, correctness
+
+
+def _judge_outputs(work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
+                   trials: int, seeds: list[int]) -> dict[str, Any]:  # fmt: skip
+    """Every saved output of workload ``wi`` against the reference; the worst errors, or _Verdict.
+    File names are the parent's own, never taken from the child's result."""
+    from .comparison import compare
+
+    worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
+    ratios: list[float] = []
+    named = list(definition.outputs.items())
+    jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
+             {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
+            for t in range(trials) for r in (0, 1)]  # fmt: skip
+    jobs += [(f"w{wi}_c{j}.pt", want, ref.checks64[wi][j] if ref.checks64[wi] else None, {"timed_call": j, "reason_if_wrong": "a timed call on a reused, "
+              "re-randomised buffer set returned wrong outputs (a cache keyed on pointers?)"})
+             for j, want in enumerate(ref.checks[wi])]  # fmt: skip
+    previous: list[Any] = []
+    for fname, want, want64, where in jobs:
+        path = work / "out" / fname
+        if not path.is_file():
+            raise _Verdict("RUNTIME_ERROR", f"the candidate's process produced no outputs for {where}")
+        try:
+            got = _load(path)
+        except Exception as e:  # a file the candidate wrote is data, and may be garbage
+            raise _Verdict("RUNTIME_ERROR", f"unreadable outputs for {where}: {e}") from None
+        if not isinstance(got, list) or len(got) != len(named):
+            n = len(got) if isinstance(got, list) else 1
+            raise _Verdict("INCORRECT_SHAPE", f"returned {n} outputs, the definition has {len(named)}")
+        if where.get("run") == "second poison" and _identical(got, previous):
+            continue  # bit for bit the first run of this trial, which passed: the same verdict, for free
+        previous = got
+        for k, ((name, spec), g) in enumerate(zip(named, got, strict=True)):
+            a, r = tol["atol"].get(spec.dtype, 0.0), tol["rtol"].get(spec.dtype, 0.0)
+            verdict, stats = compare(name, spec.dtype, g, want[k], a, r, want64[k] if want64 else None)
+            if verdict is not None:
+                detail = {"output": name, **stats, **where, "atol": a, "rtol": r}
+                detail.pop("reason_if_wrong", None) if "timed_call" not in where else None
+                raise _Verdict(verdict, json.dumps(detail), detail if verdict == "INCORRECT_NUMERICAL" else None)
+            for key in worst:
+                worst[key] = max(worst[key], float(stats[key]))
+            if "float64_ratio" in stats:
+                ratios.append(float(stats["float64_ratio"]))
+    out: dict[str, Any] = {**worst, "trials": trials, "seeds": seeds, "runs_per_trial": 2,
+                           "timing_checks": len(ref.checks[wi])}  # fmt: skip
+    if ratios:
+        out["float64_ratio"] = max(ratios)
+    return out
+
+
+def _identical(a: list[Any], b: list[Any]) -> bool:
+    import torch
+
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
+        and x.shape == y.shape and x.stride() == y.stride() and torch.equal(x, y)
+        for x, y in zip(a, b, strict=True)
+    )  # fmt: skip
+
+
+def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float]) -> Timing:
+    """The candidate's own timing, read as untrusted numbers: well-formed, positive, and not more
+    timed milliseconds than the parent saw the whole child take."""
+    try:
+        t = entry["timing"]
+        timing = Timing.from_json(t)
+        total = float(t.get("sum_ms", timing.median_ms * timing.n))
+    except (KeyError, TypeError, ValueError) as e:
+        raise _Verdict("RUNTIME_ERROR", f"malformed timing from the candidate's process: {e}") from None
+    values = (timing.median_ms, timing.p10_ms, timing.p90_ms, total)
+    if timing.n < 1 or not all(math.isfinite(v) and v > 0 for v in values) or not (
+            timing.p10_ms <= timing.median_ms <= timing.p90_ms):  # fmt: skip
+        raise _Verdict("RUNTIME_ERROR", f"implausible timing from the candidate's process: {dict(t)}")
+    spent_ms.append(total)
+    if sum(spent_ms) > child_seconds * 1e3 * 1.05 + 5:
+        raise _Verdict("RUNTIME_ERROR", f"the candidate's process reported {sum(spent_ms):.0f} ms of timed calls "
+                       f"in a process that lived {child_seconds * 1e3:.0f} ms: its timer was tampered with")  # fmt: skip
+    return timing
+
+
+def _judge(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
+           work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:  # fmt: skip
+    from .harness import trial_seed
+
+    results: list[WorkloadResult] = []
+    entries = doc.get("workloads")
+    if not isinstance(entries, list) or len(entries) > len(workloads):
+        return [WorkloadResult(workloads[0].uuid, "RUNTIME_ERROR", "malformed result from the candidate's process")]
+    spent: list[float] = []
+    for wi, (w, e) in enumerate(zip(workloads, entries, strict=False)):
+        try:
+            if not isinstance(e, dict) or e.get("uuid") != w.uuid:
+                raise _Verdict("RUNTIME_ERROR", f"malformed result from the candidate's process for {w.uuid}")
+            status, log = str(e.get("status")), str(e.get("log", ""))
+            if status != "OUTPUTS":
+                # The child may only report its own failures; it cannot report a pass.
+                if status not in STATUSES or status == "PASSED":
+                    raise _Verdict("RUNTIME_ERROR", f"malformed status {status[:40]!r} from the candidate's process")
+                corr = json.loads(log) if status == "INCORRECT_NUMERICAL" and log.startswith("{") else None
+                raise _Verdict(status, log, corr)
+            seeds = [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])]
+            correctness = _judge_outputs(work, wi, definition, ref, req["tolerance"], req["trials"], seeds)
+            results.append(WorkloadResult(w.uuid, "PASSED", "", correctness, _timing(e, seconds, spent),
+                                          ref.timing[wi]))  # fmt: skip
+        except _Verdict as v:
+            results.append(WorkloadResult(w.uuid, v.status, v.log, v.correctness))
+            break
+        except Exception as e:  # tensors the candidate wrote are data; odd ones must not stop the loop
+            results.append(WorkloadResult(w.uuid, "RUNTIME_ERROR", f"its outputs could not be judged: {e!r}"[:2000]))
+            break
+    else:
+        if len(entries) < len(workloads) and (not results or results[-1].status == "PASSED"):
+            missing = workloads[len(entries)].uuid
+            results.append(WorkloadResult(missing, "RUNTIME_ERROR", "the candidate's process stopped before this workload"))
+    return results
 
 
 def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
@@ -183,37 +396,59 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     if solution.definition != definition.name:
         return Outcome(h, "COMPILE_ERROR", (), log=f"solution implements {solution.definition!r}, not {definition.name!r}",
                        timestamp=_now())  # fmt: skip
-    child = run_child(_request(definition, solution, workloads, tolerance, settings),
-                      timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir)  # fmt: skip
+    req = _request(definition, solution, workloads, tolerance, settings)
+    ref = _reference_for(req, settings)
+    if isinstance(ref, str):
+        return Outcome(h, "RUNTIME_ERROR", (), log=ref, timestamp=_now())
+
+    def collect(work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:
+        return _judge(definition, workloads, req, ref, work, doc, seconds)
+
+    child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
+                      isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect)  # fmt: skip
+    environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child, settings)}}
     if child.status != "OK" or child.result is None:
         status = "TIMEOUT" if child.status == "TIMEOUT" else "RUNTIME_ERROR"
-        return Outcome(h, status, (), log=child.log, wall_seconds=child.seconds, timestamp=_now())
+        return Outcome(h, status, (), environment=environment, log=child.log, wall_seconds=child.seconds,
+                       timestamp=_now())  # fmt: skip
     res = child.result
-    build = res["build"]
-    if build["status"] != "OK":
-        return Outcome(h, build["status"], (), environment=res["environment"], log=build["log"],
-                       build_seconds=build["seconds"], wall_seconds=child.seconds, timestamp=_now())  # fmt: skip
-    results = tuple(
-        WorkloadResult(
-            uuid=r["uuid"], status=r["status"], log=r.get("log", ""), correctness=r.get("correctness"),
-            timing=Timing.from_json(r["timing"]) if "timing" in r else None,
-            reference_timing=Timing.from_json(r["reference_timing"]) if "reference_timing" in r else None,
-        )
-        for r in res["workloads"]
-    )  # fmt: skip
+    build: Mapping[str, Any] = res["build"] if isinstance(res.get("build"), dict) else {"status": "RUNTIME_ERROR"}
+    build_seconds = float(build.get("seconds", 0.0)) if isinstance(build.get("seconds"), (int, float)) else 0.0
+    if build.get("status") != "OK":
+        bstatus = str(build.get("status"))
+        bstatus = bstatus if bstatus in ("COMPILE_ERROR", "RUNTIME_ERROR") else "RUNTIME_ERROR"
+        return Outcome(h, bstatus, (), environment=environment, log=str(build.get("log", "")),
+                       build_seconds=build_seconds, wall_seconds=child.seconds, timestamp=_now())  # fmt: skip
+    results = tuple(child.collected or ())
     failed = next((r for r in results if r.status != "PASSED"), None)
+    phases: Mapping[str, float] = res["phases"] if isinstance(res.get("phases"), dict) else {}
     return Outcome(
         solution_hash=h,
-        status=failed.status if failed else "PASSED",
+        status=failed.status if failed else ("PASSED" if results else "RUNTIME_ERROR"),
         results=results,
-        environment=res["environment"],
-        log=failed.log if failed else "",
-        build_seconds=build["seconds"],
+        environment=environment,
+        log=failed.log if failed else ("" if results else "no workload results"),
+        build_seconds=build_seconds,
         wall_seconds=child.seconds,
-        phases=res.get("phases", {}),
-        timeline=res.get("timeline"),
+        phases=phases,
+        timeline=res.get("timeline") if isinstance(res.get("timeline"), dict) else None,
         timestamp=_now(),
     )
+
+
+# Resident memory of torch, CUDA and Triton before the candidate allocates anything.
+_STARTUP_MB = 4096
+
+
+def _watchdog_mb(s: EvalSettings) -> int:
+    return s.memory_limit_mb + _STARTUP_MB if s.memory_limit_mb > 0 else 0
+
+
+def _memory(child: ChildResult, s: EvalSettings) -> dict[str, str]:
+    env = (child.result or {}).get("environment")
+    limit = env.get("memory_limit") if isinstance(env, dict) else None
+    watch = f"resident-memory watchdog at {_watchdog_mb(s)} MiB" if s.memory_limit_mb > 0 else "no watchdog"
+    return {"memory": f"{limit}; {watch}" if limit else watch}
 
 
 def traces(definition: Definition, solution: Solution, workloads: Sequence[Workload], outcome: Outcome) -> list[Trace]:

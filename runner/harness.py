@@ -1,21 +1,30 @@
-"""The child side of an evaluation: build, verify and time one Solution.
+"""The child side of an evaluation: run code, save what it produced. It never judges a candidate.
 
 Runs as ``python -m kernelpro.runner.harness REQUEST.json RESULT.json`` in a fresh process that
-the parent (runner/sandbox.py) started with a scrubbed environment and a time limit. Everything
-here is plain torch; the only import of candidate code is ``_build``. A candidate failure is a
-status in the result file, never a crash of this process (a crash is reported by the parent).
+the parent (runner/sandbox.py) started with a scrubbed environment, no network where the OS allows
+it, a memory limit and a time limit. Two kinds of child, never the same process:
 
-Request: {definition, solution, workloads, device, trials, seed, tolerance{atol,rtol},
-          timing{warmup, reps, target_ms, rotate}, time_reference}
-Result:  {environment, build{status, log, seconds}, workloads:[{uuid, status, log,
-          correctness{...}, timing{...}, reference_timing{...}}]}
+- ``mode: reference`` (trusted code only): makes the seeded inputs of every trial and of the timing
+  checks, runs the Definition's reference on them and saves its outputs (and, when asked, a float64
+  reference) under ``ref/``. The parent loads them and deletes the files before any candidate runs.
+- ``mode: evaluate`` (the candidate): builds it, runs it on the same seeded inputs (twice per trial,
+  outputs poisoned differently) and saves a stream-ordered copy of what it produced under ``out/``,
+  then times it. The parent (runner/evaluator.py) loads those tensors with ``weights_only=True`` and
+  makes every correctness decision, so a candidate that overwrites this result file gains nothing.
+
+What the candidate could still lie about is its own timing; the timing primitives are captured
+before its import, checked after every call and used only through the captured references.
+
+Request: {mode, definition, solution, workloads, device, trials, seed, timing{...}, time_reference,
+          float64_reference, memory_limit_mb}
+Result:  {environment, build{status, log, seconds}, phases, workloads:[{uuid, status, log, outputs,
+          timing, timing_checks}]}
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import statistics
 import sys
@@ -30,6 +39,27 @@ _STARTED = time.perf_counter()  # before torch: its import is part of the per-ca
 
 import torch  # noqa: E402
 
+# Captured before any candidate code is imported: timing goes only through these references, and
+# every call of the candidate is followed by a check that none of the originals was replaced.
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_synchronize = torch.cuda.synchronize
+_clone_tensor = torch.Tensor.clone
+_PRIMITIVES: tuple[tuple[Any, str, Any], ...] = tuple(
+    (owner, name, getattr(owner, name))
+    for owner, names in (
+        (time, ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "sleep")),
+        (torch.cuda, ("Event", "synchronize", "current_stream", "Stream", "default_stream")),
+        (torch.cuda.Event, ("record", "elapsed_time", "synchronize", "query", "wait")),
+        (torch.cuda.Stream, ("synchronize", "wait_event", "wait_stream", "record_event")),
+        (torch, ("save", "equal", "empty", "empty_like", "randn", "rand", "randint")),
+        (torch.Tensor, ("clone", "copy_", "cpu", "to", "fill_", "zero_", "data_ptr")),
+    )
+    for name in names
+)
+
 _TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
@@ -40,6 +70,9 @@ for _name in ("float8_e4m3fn", "float8_e5m2"):
         _TORCH_DTYPES[_name] = getattr(torch, _name)
 
 _TAIL = 4000  # characters of a traceback kept in a log
+# Second poison for floating outputs: finite, so a candidate that skips writes "because the buffer
+# already holds NaN" (or whose writes only look right against NaN) fails the second run.
+_POISON_B = -7.25e4
 
 
 class CandidateError(Exception):
@@ -66,6 +99,15 @@ def _is_compile_error(exc: BaseException) -> bool:
         or c.__module__.startswith("triton.compiler")
         for c in type(exc).__mro__
     )
+
+
+def _check_primitives() -> None:
+    """Refuse a candidate that replaced a timing (or checking) primitive: its times would be lies."""
+    for owner, name, original in _PRIMITIVES:
+        if getattr(owner, name, None) is not original:
+            where = getattr(owner, "__name__", type(owner).__name__)
+            raise CandidateError("RUNTIME_ERROR", f"the candidate replaced {where}.{name}, which the harness "
+                                 "times and checks with; a kernel must not touch the harness")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- build
@@ -96,6 +138,7 @@ def _build(solution: Mapping[str, Any], root: Path) -> Callable[..., Any]:
         spec.loader.exec_module(module)
     except BaseException:  # SystemExit too: a module that exits at import does not build
         raise CandidateError("COMPILE_ERROR", _tail(traceback.format_exc())) from None
+    _check_primitives()
     fn = getattr(module, symbol, None)
     if not callable(fn):
         raise CandidateError("COMPILE_ERROR", f"{entry_file} defines no callable {symbol!r}")
@@ -143,67 +186,64 @@ def _make_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any], see
     return values
 
 
+def trial_seed(base: int, trial: int, uuid: str) -> int:
+    return (base * 1_000_003 + trial * 7919 + zlib.crc32(uuid.encode()) % 65521) % (2**31)
+
+
+def check_seed(base: int, j: int, uuid: str) -> int:
+    """Seed of the j-th checked timing call (the last call on buffer set j)."""
+    return trial_seed(base + 31_337, j, uuid)
+
+
+def _trial_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any], base: int, trial: int,
+                  trials: int, device: str) -> list[Any]:  # fmt: skip
+    """Fresh seeded inputs per trial. The last trial (of two or more) repeats trial 0 with only the
+    second half of every tensor changed: a cache keyed on part of the values returns stale output."""
+    uuid = workload["uuid"]
+    if trials < 2 or trial != trials - 1:
+        return _make_inputs(definition, workload, trial_seed(base, trial, uuid), device)
+    first = _make_inputs(definition, workload, trial_seed(base, 0, uuid), device)
+    fresh = _make_inputs(definition, workload, trial_seed(base, trial, uuid), device)
+    for x, f in zip(first, fresh, strict=True):
+        if isinstance(x, torch.Tensor) and x.numel() >= 2:
+            flat, half = x.view(-1), x.numel() // 2
+            flat[half:] = f.reshape(-1)[half:]
+    return first
+
+
 def _clone(values: Sequence[Any]) -> list[Any]:
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    return [_clone_tensor(v) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _poisoned_outputs(definition: Mapping[str, Any], axes: Mapping[str, int], device: str) -> list[torch.Tensor]:
-    # NaN (or an extreme integer) in every element, so an element the candidate never writes fails.
+def _poisoned_outputs(definition: Mapping[str, Any], axes: Mapping[str, int], device: str,
+                      second: bool = False) -> list[torch.Tensor]:  # fmt: skip
+    """Outputs filled with a poison in every element, so an element the candidate never writes fails:
+    NaN first, a finite odd value the second time (an extreme integer, or its opposite)."""
     outs = []
     for spec in definition["outputs"].values():
         dtype = _TORCH_DTYPES[spec["dtype"]]
         shape = _shape(definition, spec, axes) if spec["shape"] is not None else []
         t = torch.empty(shape, dtype=dtype, device=device)
         if dtype.is_floating_point:
-            t.fill_(float("nan"))
+            t.fill_(_POISON_B if second else float("nan"))
         elif dtype == torch.bool:
-            t.fill_(True)
+            t.fill_(not second)
         else:
-            t.fill_(torch.iinfo(dtype).min)
+            t.fill_(torch.iinfo(dtype).max if second else torch.iinfo(dtype).min)
         outs.append(t)
     return outs
 
 
+def _prime_allocator(definition: Mapping[str, Any], axes: Mapping[str, int], device: str, second: bool) -> None:
+    # For candidates that allocate their own outputs: hand the caching allocator freed blocks full of
+    # poison, so an output made with torch.empty and left partly unwritten shows poison, not the
+    # previous call's (correct) values.
+    for t in _poisoned_outputs(definition, axes, device, second):
+        del t
+
+
 def _as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-# --------------------------------------------------------------------------- verify
-
-
-def _compare(name: str, spec: Mapping[str, Any], got: Any, want: torch.Tensor,
-             atol: float, rtol: float) -> tuple[str | None, dict[str, Any]]:  # fmt: skip
-    if not isinstance(got, torch.Tensor):
-        return "INCORRECT_SHAPE", {"output": name, "got_type": type(got).__name__}
-    if tuple(got.shape) != tuple(want.shape):
-        return "INCORRECT_SHAPE", {"output": name, "got": list(got.shape), "want": list(want.shape)}
-    if got.dtype != _TORCH_DTYPES[spec["dtype"]]:
-        return "INCORRECT_DTYPE", {"output": name, "got": str(got.dtype), "want": spec["dtype"]}
-    # On the tensor's own device: a 64M-element comparison on the host costs seconds per trial.
-    g, w = got.detach().double(), want.detach().to(got.device).double()
-    if not got.dtype.is_floating_point:
-        bad = int((g != w).sum())
-        err = float((g - w).abs().max()) if g.numel() else 0.0
-        stats = {"max_abs": err, "max_rel": err, "rel_l2": 0.0 if bad == 0 else 1.0, "mismatches": bad}
-        return ("INCORRECT_NUMERICAL" if bad else None), stats
-    finite_ref = torch.isfinite(w)
-    diff = (g - w).abs()
-    same = g.eq(w) | (g.isnan() & w.isnan())
-    diff = torch.where(finite_ref, diff, torch.where(same, torch.zeros_like(diff), torch.full_like(diff, math.inf)))
-    diff = torch.nan_to_num(diff, nan=math.inf)
-    rel = diff / w.abs().clamp_min(1e-12)
-    bound = atol + rtol * w.abs()
-    mismatches = int((diff > torch.where(finite_ref, bound, torch.zeros_like(bound))).sum())
-    zero = torch.zeros_like(w)
-    wn = float(torch.linalg.vector_norm(torch.where(finite_ref, w, zero)))
-    rel_l2 = float(torch.linalg.vector_norm(torch.where(finite_ref, diff, zero))) / max(wn, 1e-30)
-    stats = {
-        "max_abs": float(diff.max()) if diff.numel() else 0.0,
-        "max_rel": float(rel.max()) if rel.numel() else 0.0,
-        "rel_l2": rel_l2,
-        "mismatches": mismatches,
-    }
-    return ("INCORRECT_NUMERICAL" if mismatches else None), stats
 
 
 def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor], dps: bool) -> tuple[Any, ...]:
@@ -213,38 +253,111 @@ def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor]
     return _as_tuple(fn(*inputs))
 
 
-def _verify(fn: Callable[..., Any], ref: Callable[..., Any], req: Mapping[str, Any],
-            workload: Mapping[str, Any], device: str) -> dict[str, Any]:  # fmt: skip
-    definition, dps = req["definition"], req["solution"]["spec"].get("destination_passing_style", True)
-    atol, rtol = req["tolerance"]["atol"], req["tolerance"]["rtol"]
-    worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
-    seeds = []
-    for trial in range(req["trials"]):
-        seed = (req["seed"] * 1_000_003 + trial * 7919 + zlib.crc32(workload["uuid"].encode()) % 65521) % (2**31)
-        seeds.append(seed)
-        inputs = _make_inputs(definition, workload, seed, device)
+def _snapshot(values: Sequence[Any]) -> list[Any]:
+    """A copy ordered on the current stream right after the call returned, before any device-wide
+    synchronisation: work the candidate left running on a side stream or thread is not in it."""
+    return [_clone_tensor(v.detach()) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _portable(values: Sequence[Any]) -> list[Any]:
+    # Only tensors and plain numbers cross to the parent, which loads them with weights_only=True.
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v.detach().to("cpu", copy=True))
+        elif isinstance(v, (int, float, bool)):
+            out.append(v)
+        else:
+            out.append({"not_a_tensor": type(v).__name__})
+    return out
+
+
+def _save(values: Sequence[Any], path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(_portable(values), path)
+    return path.name
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        _synchronize()
+
+
+def _fail_from(exc: BaseException) -> CandidateError:
+    if isinstance(exc, CandidateError):
+        return exc
+    status = "COMPILE_ERROR" if _is_compile_error(exc) else "RUNTIME_ERROR"
+    return CandidateError(status, _tail(traceback.format_exc()))
+
+
+# --------------------------------------------------------------------------- reference (trusted)
+
+
+def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
+    """Inputs and reference outputs of every trial and timing check, saved for the parent."""
+    definition, device = req["definition"], req["device"]
+    ref = _reference(definition)
+    rotate, trials, base = req["timing"]["rotate"], req["trials"], req["seed"]
+    entries = []
+    for wi, workload in enumerate(req["workloads"]):
+        entry: dict[str, Any] = {"uuid": workload["uuid"], "trials": [], "checks": [], "float64": [],
+                                 "checks64": []}  # fmt: skip
+
+        def outputs(inputs: list[Any], kind: str, name: str, entry: dict[str, Any] = entry) -> None:
+            entry[kind].append(_save(_as_tuple(ref(*_clone(inputs))), workdir / "ref" / f"{name}.pt"))
+            if req.get("float64_reference"):
+                wide = [x.double() if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else x for x in inputs]
+                entry["float64" if kind == "trials" else "checks64"].append(
+                    _save(_as_tuple(ref(*wide)), workdir / "ref" / f"{name}_f64.pt"))
+
         with torch.no_grad():
-            want = _as_tuple(ref(*_clone(inputs)))
-        mine = _clone(inputs)
-        try:
-            with torch.no_grad():
-                got = _call(fn, mine, _poisoned_outputs(definition, workload["axes"], device), dps)
-            if device == "cuda":
-                torch.cuda.synchronize()
-        except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
-            status = "COMPILE_ERROR" if _is_compile_error(exc) else "RUNTIME_ERROR"
-            raise CandidateError(status, _tail(traceback.format_exc())) from None
-        if len(got) != len(definition["outputs"]):
-            raise CandidateError("INCORRECT_SHAPE", f"returned {len(got)} outputs, the definition has {len(definition['outputs'])}")
-        for (name, spec), g, w in zip(definition["outputs"].items(), got, want, strict=False):
-            a, r = atol.get(spec["dtype"], 0.0), rtol.get(spec["dtype"], 0.0)
-            verdict, stats = _compare(name, spec, g, w.to(device) if isinstance(w, torch.Tensor) else w, a, r)
-            if verdict is not None:
-                stats.update({"trial": trial, "seed": seed, "atol": a, "rtol": r})
-                raise CandidateError(verdict, json.dumps({"output": name, **stats}))
-            for k in worst:
-                worst[k] = max(worst[k], float(stats[k]))
-    return {**worst, "trials": req["trials"], "seeds": seeds}
+            for t in range(trials):
+                outputs(_trial_inputs(definition, workload, base, t, trials, device), "trials", f"w{wi}_t{t}")
+            for j in range(rotate):
+                seed = check_seed(base, j, workload["uuid"])
+                outputs(_make_inputs(definition, workload, seed, device), "checks", f"w{wi}_c{j}")
+        if req.get("time_reference"):
+            entry["timing"] = _time(lambda *a: _as_tuple(ref(*a)), req, workload, device, False, None)
+        entries.append(entry)
+    return {"workloads": entries}
+
+
+# --------------------------------------------------------------------------- candidate
+
+
+def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], wi: int,
+                   workdir: Path) -> dict[str, Any]:  # fmt: skip
+    """Run every trial twice (NaN poison, then a finite one) and save both outputs; then time."""
+    definition, device = req["definition"], req["device"]
+    dps = req["solution"]["spec"].get("destination_passing_style", True)
+    trials, base = req["trials"], req["seed"]
+    files: list[list[str]] = []
+    for t in range(trials):
+        inputs = _trial_inputs(definition, workload, base, t, trials, device)
+        runs = []
+        for second in (False, True):
+            mine = _clone(inputs)
+            try:
+                with torch.no_grad():
+                    outs = _poisoned_outputs(definition, workload["axes"], device, second)
+                    if not dps:
+                        _prime_allocator(definition, workload["axes"], device, second)
+                    got = _snapshot(_call(fn, mine, outs, dps))
+                _sync(device)
+                _check_primitives()
+            except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
+                raise _fail_from(exc) from None
+            for name, before, after in zip(definition["inputs"], inputs, mine, strict=True):
+                if isinstance(before, torch.Tensor) and not torch.equal(before, after):
+                    raise CandidateError("INCORRECT_NUMERICAL", json.dumps(
+                        {"input": name, "trial": t, "reason": "the call modified an input, which the "
+                         "definition does not declare as an output"}))  # fmt: skip
+            runs.append(_save(got, workdir / "out" / f"w{wi}_t{t}_r{int(second)}.pt"))
+        files.append(runs)
+    timing_checks: list[str] = []
+    t0 = _perf_counter()
+    timing = _time(fn, req, workload, device, dps, (workdir / "out", wi, timing_checks))
+    return {"outputs": files, "timing": timing, "timing_checks": timing_checks, "time_seconds": _perf_counter() - t0}
 
 
 # --------------------------------------------------------------------------- time
@@ -252,7 +365,8 @@ def _verify(fn: Callable[..., Any], ref: Callable[..., Any], req: Mapping[str, A
 
 def _summary(samples: list[float]) -> dict[str, float]:
     s = sorted(samples)
-    q = statistics.quantiles(s, n=10) if len(s) >= 2 else [s[0]] * 9
+    # inclusive: with few samples the default method extrapolates below the minimum (negative p10).
+    q = statistics.quantiles(s, n=10, method="inclusive") if len(s) >= 2 else [s[0]] * 9
     return {
         "median_ms": statistics.median(s),
         "p10_ms": q[0],
@@ -261,48 +375,83 @@ def _summary(samples: list[float]) -> dict[str, float]:
         "std_ms": statistics.pstdev(s),
         "min_ms": s[0],
         "n": len(s),
+        "sum_ms": sum(s),
     }
 
 
-def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any],
-          device: str, dps: bool) -> dict[str, float]:  # fmt: skip
-    """Median of per-call times. Inputs rotate among buffer sets; on the GPU the L2 is flushed
-    before every call and times come from CUDA events, never from the candidate."""
+def _refill(buffers: list[Any], fresh: list[Any]) -> None:
+    for b, f in zip(buffers, fresh, strict=True):
+        if isinstance(b, torch.Tensor):
+            b.copy_(f)
+
+
+def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], device: str, dps: bool,
+          checks: tuple[Path, int, list[str]] | None) -> dict[str, float]:  # fmt: skip
+    """Median of per-call times. Inputs rotate among buffer sets re-randomised in place before every
+    call (same pointers, new values); the last call on each set uses a check seed and its outputs
+    are saved for the parent to verify. On the GPU the L2 is flushed before every call and times
+    come from CUDA events captured before the candidate was imported."""
     t = req["timing"]
-    definition = req["definition"]
-    sets = [
-        (_make_inputs(definition, workload, 10_000 + i, device), _poisoned_outputs(definition, workload["axes"], device))
-        for i in range(t["rotate"])
-    ]
+    definition, uuid, base = req["definition"], workload["uuid"], req["seed"]
+    n_sets = max(1, t["rotate"])
+    sets = [(_make_inputs(definition, workload, 10_000 + i, device), _poisoned_outputs(definition, workload["axes"], device))
+            for i in range(n_sets)]  # fmt: skip
+
+    def prepare(i: int, reps: int) -> tuple[list[Any], list[torch.Tensor], int | None]:
+        inputs, outputs = sets[i % n_sets]
+        j = i - (reps - n_sets)
+        seed = check_seed(base, j, uuid) if j >= 0 else trial_seed(base + 977, 1000 + i, uuid)
+        _refill(inputs, _make_inputs(definition, workload, seed, device))
+        return inputs, outputs, (j if j >= 0 else None)
+
+    def keep(j: int | None, got: tuple[Any, ...]) -> None:
+        if checks is not None and j is not None:
+            folder, wi, names = checks
+            names.append(_save(got, folder / f"w{wi}_c{j}.pt"))
+
     with torch.no_grad():
         for i in range(t["warmup"]):
-            _call(fn, *sets[i % len(sets)], dps)
+            inputs, outputs = sets[i % n_sets]
+            _call(fn, inputs, outputs, dps)
+        _sync(device)
+        _check_primitives()
+        samples: list[float] = []
         if device == "cuda":
-            torch.cuda.synchronize()
             flush = torch.empty(int(2 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.int8, device="cuda")
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             # Size the rep count from one timed call so tiny and huge kernels both get ~target_ms.
-            start.record()
+            _record(start)
             _call(fn, *sets[0], dps)
-            end.record()
-            torch.cuda.synchronize()
-            est = max(start.elapsed_time(end), 1e-3)
-            reps = int(min(t["reps_max"], max(t["reps"], t["target_ms"] / est)))
-            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+            _record(end)
+            _synchronize()
+            _check_primitives()
+            est = max(_elapsed(start, end), 1e-3)
+            reps = max(n_sets, int(min(t["reps_max"], max(t["reps"], t["target_ms"] / est))))
+            pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)]
+            kept: list[tuple[int | None, list[Any]]] = []
             for i, (s, e) in enumerate(pairs):
+                inputs, outputs, j = prepare(i, reps)
                 flush.zero_()
-                s.record()
-                _call(fn, *sets[i % len(sets)], dps)
-                e.record()
-            torch.cuda.synchronize()
-            samples = [s.elapsed_time(e) for s, e in pairs]
+                _record(s)
+                got = _call(fn, inputs, outputs, dps)
+                _record(e)
+                if j is not None:
+                    kept.append((j, _snapshot(got)))
+            _synchronize()
+            _check_primitives()
+            samples = [_elapsed(s, e) for s, e in pairs]
+            for j, snap in kept:
+                keep(j, tuple(snap))
         else:
-            samples = []
-            for i in range(t["reps_cpu"]):
-                t0 = time.perf_counter()
-                _call(fn, *sets[i % len(sets)], dps)
-                samples.append((time.perf_counter() - t0) * 1e3)
+            reps = max(n_sets, t["reps_cpu"])
+            for i in range(reps):
+                inputs, outputs, j = prepare(i, reps)
+                t0 = _perf_counter()
+                got = _call(fn, inputs, outputs, dps)
+                samples.append((_perf_counter() - t0) * 1e3)
+                snap = _snapshot(got)
+                _check_primitives()
+                keep(j, tuple(snap))
     return _summary(samples)
 
 
@@ -323,6 +472,24 @@ def _environment(device: str) -> dict[str, Any]:
     else:
         hardware = "cpu" + ("_triton_interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "")
     return {"hardware": hardware, "libs": libs}
+
+
+def _limit_memory(megabytes: int) -> str:
+    """Cap the data segment (heap and private writable mappings) at what the process uses now plus
+    ``megabytes``. RLIMIT_AS would break CUDA, which reserves terabytes of address space; set after
+    torch and CUDA are initialised, so only the candidate's own allocations count against it."""
+    if megabytes <= 0:
+        return "no memory limit"
+    try:
+        import resource
+
+        used_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                       if line.startswith("VmData:"))  # fmt: skip
+        limit = used_kb * 1024 + megabytes * 2**20
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        return f"RLIMIT_DATA {limit // 2**20} MiB ({megabytes} MiB above start-up)"
+    except (ImportError, OSError, ValueError, StopIteration) as e:
+        return f"memory limit unavailable: {e}"
 
 
 def _one_call(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> Callable[[], Any]:
@@ -361,42 +528,45 @@ def _timeline(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> di
 def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     device = req["device"]
     result: dict[str, Any] = {"environment": _environment(device), "workloads": []}
-    t0 = time.perf_counter()
+    if device == "cuda":
+        torch.zeros(1, device="cuda")  # the CUDA context exists before the memory limit applies
+    # Under CUDA the driver's own private mappings could count against RLIMIT_DATA; there the
+    # parent's resident-memory watchdog (runner/sandbox.py) is the limit.
+    result["environment"]["memory_limit"] = (_limit_memory(int(req.get("memory_limit_mb", 0))) if device == "cpu"
+                                             else "no RLIMIT_DATA under CUDA")  # fmt: skip
+    t0 = _perf_counter()
     phases = result["phases"] = {"startup": t0 - _STARTED, "verify": 0.0, "time": 0.0}
+    mode = req.get("mode", "evaluate")
+    if mode == "reference":
+        result.update(_reference_run(req, workdir))
+        result["build"] = {"status": "OK", "log": "", "seconds": 0.0}
+        phases["verify"] = _perf_counter() - t0
+        return result
     try:
         fn = _build(req["solution"], workdir)
-        result["build"] = {"status": "OK", "log": "", "seconds": time.perf_counter() - t0}
+        result["build"] = {"status": "OK", "log": "", "seconds": _perf_counter() - t0}
     except CandidateError as e:
-        result["build"] = {"status": e.status, "log": e.log, "seconds": time.perf_counter() - t0}
+        result["build"] = {"status": e.status, "log": e.log, "seconds": _perf_counter() - t0}
         return result
-    mode = req.get("mode", "evaluate")
     if mode in ("profile", "timeline"):
         try:
             result[mode] = (_profile if mode == "profile" else _timeline)(fn, req, device)
         except BaseException:
             result[mode] = {"error": _tail(traceback.format_exc())}
         return result
-    ref = _reference(req["definition"])
-    dps = req["solution"]["spec"].get("destination_passing_style", True)
-    for workload in req["workloads"]:
-        entry: dict[str, Any] = {"uuid": workload["uuid"], "status": "PASSED", "log": ""}
+    for wi, workload in enumerate(req["workloads"]):
+        entry: dict[str, Any] = {"uuid": workload["uuid"], "status": "OUTPUTS", "log": ""}
+        t1 = _perf_counter()
         try:
-            t1 = time.perf_counter()
-            entry["correctness"] = _verify(fn, ref, req, workload, device)
-            t2 = time.perf_counter()
-            entry["timing"] = _time(fn, req, workload, device, dps)
-            phases["verify"] += t2 - t1
-            phases["time"] += time.perf_counter() - t2
-            if req.get("time_reference"):
-                entry["reference_timing"] = _time(lambda *a: _as_tuple(ref(*a)), req, workload, device, False)
-        except CandidateError as e:
-            entry.update(status=e.status, log=e.log)
-            if e.status == "INCORRECT_NUMERICAL":
-                entry["correctness"] = json.loads(e.log) if e.log.startswith("{") else {}
-        except BaseException:
-            entry.update(status="RUNTIME_ERROR", log=_tail(traceback.format_exc()))
+            entry.update(_candidate_run(fn, req, workload, wi, workdir))
+        except BaseException as exc:
+            fail = _fail_from(exc)
+            entry.update(status=fail.status, log=fail.log)
+        spent = float(entry.get("time_seconds", 0.0))
+        phases["verify"] += _perf_counter() - t1 - spent
+        phases["time"] += spent
         result["workloads"].append(entry)
-        if entry["status"] != "PASSED":
+        if entry["status"] != "OUTPUTS":
             break  # one failing workload decides the candidate; do not spend time on the rest
     else:
         if req.get("timeline") and device == "cuda":
@@ -426,4 +596,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: a candidate's leftover threads and atexit hooks do not get to run
+    # (or crash the process) once the result is written.
+    os._exit(code)

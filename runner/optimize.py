@@ -10,6 +10,7 @@ import contextlib
 import difflib
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from .energy import (
     proxy,
     timing_noise,
 )
-from .evaluator import EvalSettings, Outcome, evaluate, traces
+from .evaluator import EVALUATOR_VERSION, EvalSettings, Outcome, evaluate, traces
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
@@ -155,11 +156,15 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
           s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
     # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
-    es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50))
-    ev = evaluate if schedule is None else lambda *a: schedule.home(evaluate, *a)
-    b = ev(target.definition, base.solution, workloads, target.tolerance, es)
-    c = ev(target.definition, cand.solution, workloads, target.tolerance, es)
-    b2 = ev(target.definition, base.solution, workloads, target.tolerance, es)
+    # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
+    # of the baseline in the shared one (one planted now is undone by taking the faster baseline).
+    with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
+        es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
+                     cache_dir=Path(cache))  # fmt: skip
+        ev = evaluate if schedule is None else lambda *a: schedule.home(evaluate, *a)
+        b = ev(target.definition, base.solution, workloads, target.tolerance, es)
+        c = ev(target.definition, cand.solution, workloads, target.tolerance, es)
+        b2 = ev(target.definition, base.solution, workloads, target.tolerance, es)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
@@ -219,7 +224,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     ctx_key = context_key({
         "definition": target.definition.to_json(), "workloads": [w.to_json() for w in workloads],
         "tolerance": [target.tolerance.atol, target.tolerance.rtol], "device": device, "trials": es.trials,
-        "seed": es.seed,
+        "seed": es.seed, "evaluator": EVALUATOR_VERSION,  # verdicts of an older evaluator are not resumed
     })  # fmt: skip
     journal = Journal(out_dir / "journal.jsonl", ctx_key)
     resumed = len(journal)

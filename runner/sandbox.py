@@ -1,22 +1,31 @@
-"""Run untrusted candidate code in a fresh process: scrubbed environment, own directory, time limit.
+"""Run untrusted candidate code in a fresh process: scrubbed environment, own directory, no network,
+a memory limit and a time limit.
 
 Generated code is hostile. It gets no tokens or keys (the environment is rebuilt from an allowlist,
-not filtered from a denylist), a private temporary directory as cwd and HOME, and a wall-clock
-limit after which its whole process group is killed. A crash or a GPU fault ends only that process.
+not filtered from a denylist, and checked once more against names that look like secrets), a private
+temporary directory as cwd and HOME, namespaces of its own where the OS allows them (``unshare``:
+a user namespace, so the runner's own rights stay outside; a network namespace with only a loopback
+that is down; a pid namespace with its own /proc, so no other process, the parent included, can be
+seen), and a wall-clock limit after which its whole process group is killed. The memory limit is applied by the
+harness itself (runner/harness.py), after CUDA is up. A crash or a GPU fault ends only that process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +36,24 @@ _ALLOWED = (
     "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV",
     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS",
 )  # fmt: skip
+# Names that must never reach a candidate, whatever the allowlist or a caller's extras say.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE|^AWS_|^ACTIONS_|"
+                          r"^GITHUB_|^GH_|^KERNELPRO_LLM|^OPENAI_|^AZURE_|^GOOGLE_|^HF_|^SSH_", re.I)  # fmt: skip
+
+NO_ISOLATION = "network isolation unavailable"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself is misconfigured (never the candidate's fault)."""
 
 
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: os.environ[k] for k in _ALLOWED if k in os.environ}
     env.update(extra or {})
+    leaked = sorted(k for k in env if _SECRET_NAME.search(k))
+    if leaked:
+        raise SandboxError(f"refusing to start a candidate with {leaked} in its environment; "
+                           "remove them from the sandbox's extra variables")  # fmt: skip
     return env
 
 
@@ -47,11 +69,79 @@ class ChildResult:
     """Tail of the child's stdout/stderr."""
     seconds: float
     """Wall time of the child."""
+    sandbox: Mapping[str, str] = field(default_factory=dict)
+    """How the child was confined: network, and the command prefix that did it."""
+    collected: Any = None
+    """What ``collect`` returned (read from the child's directory before it was deleted)."""
+
+
+_PROBE_CPU = "pass"
+# A CUDA context inside the namespace, so a driver that refuses one is found before any candidate.
+_PROBE_CUDA = ("import ctypes\nlib = ctypes.CDLL('libcuda.so.1')\nassert lib.cuInit(0) == 0, 'cuInit failed'\n"
+               "n = ctypes.c_int()\nassert lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0\n")  # fmt: skip
+
+
+# Most confined first. A user namespace (-r) drops whatever the runner's user could do outside it
+# (read the parent's /proc/PID/environ, raise its limits); a pid namespace with its own /proc (-p
+# --mount-proc) hides every other process; --kill-child takes the candidate down with unshare.
+_CONFINED = ("--kill-child", "--mount-proc")
+_VARIANTS_USER = (("-r", "-n", "-p", *_CONFINED), ("-r", "-n"))
+_VARIANTS_ROOT = (("-n", "-p", *_CONFINED), ("-n",))
+
+
+@functools.lru_cache(maxsize=8)
+def network_isolation(device: str, unshare: str | None = "unshare", privileged: bool = False) -> tuple[tuple[str, ...], str]:
+    """(command prefix, description): the first unshare variant under which a probe runs (and, for
+    CUDA, initialises the driver); else no prefix and why not. ``privileged`` (a profiler that needs
+    the runner's own rights to read GPU counters) tries the variants without a user namespace first."""
+    path = shutil.which(unshare) if unshare else None
+    if path is None:
+        return (), f"{NO_ISOLATION}: no unshare (util-linux) on PATH"
+    root = os.geteuid() == 0
+    variants = (_VARIANTS_ROOT + _VARIANTS_USER if privileged else _VARIANTS_USER + _VARIANTS_ROOT) if root \
+        else _VARIANTS_USER
+    errors = []
+    for flags in variants:
+        prefix = (path, *flags)
+        probe = [*prefix, sys.executable, "-c", _PROBE_CUDA if device == "cuda" else _PROBE_CPU]
+        try:
+            p = subprocess.run(probe, capture_output=True, text=True, timeout=120, env=scrubbed_env(),
+                               stdin=subprocess.DEVNULL)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            errors.append(f"unshare {' '.join(flags)}: {e}")
+            continue
+        if p.returncode == 0:
+            return prefix, f"isolated (unshare {' '.join(flags)}: own network namespace)"
+        errors.append(f"unshare {' '.join(flags)}: exit {p.returncode} {p.stderr.strip()[-200:]}")
+    return (), f"{NO_ISOLATION}: " + "; ".join(errors)
+
+
+@functools.lru_cache(maxsize=1)
+def protect_parent() -> str:
+    """Make this process non-dumpable before it starts any candidate: a process of the same user can
+    then no longer read its memory or /proc/PID/environ (where the LLM key and tokens are), with or
+    without namespaces. Its children are dumpable again after their exec, so nothing else changes."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
+            return f"parent not protected: prctl failed (errno {ctypes.get_errno()})"
+        return "parent not dumpable"
+    except (OSError, AttributeError) as e:
+        return f"parent not protected: {e}"
 
 
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
-              cache_dir: Path | None = None, wrapper: Sequence[str] = ()) -> ChildResult:  # fmt: skip
-    """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself)."""
+              cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
+              privileged: bool = False, memory_limit_mb: int = 0,
+              collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None) -> ChildResult:  # fmt: skip
+    """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
+    ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
+    deleted when this returns. ``memory_limit_mb`` caps the resident memory of the child's whole
+    process group, watched from here (the child's own RLIMIT_DATA is set by the harness)."""
+    prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
+    sandbox = {"network": network, "parent": protect_parent()}
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
@@ -61,33 +151,95 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         if cache_dir is not None:
             # Compiled kernels are keyed by their source hash; sharing the cache skips recompiles.
             extra["TRITON_CACHE_DIR"] = str(cache_dir)
-        cmd = [*wrapper, sys.executable, "-m", "kernelpro.runner.harness",
+        cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            timed_out = True
+        ended = _watch(proc, t0 + timeout_s, memory_limit_mb)
         seconds = time.perf_counter() - t0
-        log = out.decode(errors="replace")[-4000:]
-        if timed_out:
-            return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds)
+        log = ended.log
+        if ended.reason == "timeout":
+            return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds, sandbox)
+        if ended.reason == "memory":
+            return ChildResult("CRASHED", None, f"killed: its processes held {ended.rss_mb:.0f} MiB of host memory, "
+                               f"above the limit of {memory_limit_mb} MiB\n{log}", seconds, sandbox)  # fmt: skip
         result_file = work / "result.json"
         if proc.returncode != 0 or not result_file.exists():
-            return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds)
+            return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds, sandbox)
         try:
-            return ChildResult("OK", json.loads(result_file.read_text()), log, seconds)
-        except json.JSONDecodeError as e:
-            return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds)
+            doc = json.loads(result_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
+        if not isinstance(doc, dict):
+            return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
+        collected = collect(work, doc, seconds) if collect is not None else None
+        return ChildResult("OK", doc, log, seconds, sandbox, collected)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How a watched child ended."""
+
+    reason: str
+    """'exit', 'timeout' or 'memory'."""
+    log: str
+    """The last 4000 characters it printed."""
+    rss_mb: float = 0.0
+    """Resident memory of its group when it was killed for memory."""
+
+
+def _watch(proc: subprocess.Popen[bytes], deadline: float, memory_limit_mb: int) -> _Ended:
+    """Wait for the child, killing its group at the deadline or above the memory limit. Its output
+    is drained on a thread and only the tail kept: a candidate that prints gigabytes costs nothing."""
+    tail = bytearray()
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read(65536), b""):  # type: ignore[union-attr]
+            tail.extend(chunk)
+            del tail[:-16384]
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    reason, rss = "exit", 0.0
+    while proc.poll() is None:
+        if time.perf_counter() > deadline:
+            reason = "timeout"
+        elif memory_limit_mb > 0 and (rss := _group_rss_mb(proc.pid)) > memory_limit_mb:
+            reason = "memory"
+        if reason != "exit":
+            _kill_group(proc)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    # Stray threads or grandchildren of the candidate die with it: nothing of it outlives the call.
+    _kill_group(proc)
+    reader.join(timeout=5)
+    return _Ended(reason, tail.decode(errors="replace")[-4000:], rss)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _group_rss_mb(pgid: int) -> float:
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+            if int(fields[2]) == pgid:
+                total += int(fields[21]) * _PAGE  # rss, in pages
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 2**20
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

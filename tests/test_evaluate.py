@@ -1,8 +1,8 @@
 """`kernelpro evaluate` end to end: real Solution files, the real sandboxed child, FlashInfer-Trace out.
 
-The CLI runs in-process through ``kernelpro.cli.main`` (cheap: no torch import in the parent when
-KERNELPRO_DEVICE=cpu); every candidate still runs in kernelpro's own subprocess, in Triton's
-interpreter on the CPU. Each trace line is checked with flashinfer-bench's own ``Trace`` model,
+The CLI runs in-process through ``kernelpro.cli.main``; the reference and every candidate still run
+in kernelpro's own subprocesses, in Triton's interpreter on the CPU, and the parent judges the
+tensors they saved. Each trace line is checked with flashinfer-bench's own ``Trace`` model,
 exactly as flashinfer-bench reads JSONL (``model_validate_json`` per line), when it is installed.
 """
 
@@ -437,11 +437,6 @@ def run(a, b):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN GAP, issue 3: the candidate runs in the harness's process, so it can overwrite "
-    "the result file (sys.argv[2]) and exit; verification and timing must move out of its process",
-)
 def test_candidate_cannot_forge_its_result(tmp_path: Path, defs: Any, fib_trace: Any) -> None:
     sol = solution(tmp_path, "forger", PY_FORGES_RESULT, language="python")
     rc, lines = evaluate(defs, sol, fib_trace, trials=1)
@@ -524,3 +519,15 @@ def test_missing_required_option_is_a_usage_error(
         main(["evaluate", "--definition", str(defs.swiglu)])
     assert e.value.code == 2
     assert "--solution" in capsys.readouterr().err
+
+
+def test_cli_reports_the_sandbox_and_takes_a_float64_reference(
+        tmp_path: Path, defs: Any, fib_trace: Any, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    capsys.readouterr()
+    rc, lines = evaluate(defs, solution(tmp_path, "py-f64", PY_TORCH, language="python"), fib_trace,
+                         "--float64-reference")  # fmt: skip
+    assert rc == 0
+    assert_passed(lines, max_abs=0.0)
+    assert all("float64_ratio" in t["evaluation"]["correctness"]["extra"] for t in lines)
+    err = capsys.readouterr().err
+    assert "sandbox network: " in err and "sandbox memory: RLIMIT_DATA" in err

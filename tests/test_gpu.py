@@ -459,3 +459,111 @@ def test_optimize_with_energy_passive_on_the_gpu(tmp_path, monkeypatch):
         row = result["winner"]["workloads"][0]
         assert row["baseline_energy_j"] > 0 and row["candidate_energy_j"] > 0 and row["energy_ratio"] > 0
     assert "## Energy (passive)" in (out / "swiglu" / "report.md").read_text()
+# --------------------------------------------------------------------------- the evaluator as a boundary
+
+
+def _gpu_settings(tmp_path, **kw):
+    from dataclasses import replace
+
+    from kernelpro.runner.evaluator import EvalSettings
+
+    return replace(EvalSettings(device="cuda", trials=5, timeout_s=240, memory_limit_mb=4096,
+                                cache_dir=tmp_path / "cache"), **kw)  # fmt: skip
+
+
+def _judge_gpu(tmp_path, name, source, dps=False, **kw):
+    from test_adversarial import LOADS, SWIGLU, candidate
+
+    from kernelpro.runner.evaluator import evaluate
+    from kernelpro.runner.target import Tolerance
+
+    return evaluate(SWIGLU, candidate(name, source, dps), LOADS, Tolerance(), _gpu_settings(tmp_path, **kw))
+
+
+def test_adversarial_candidates_are_rejected_on_the_gpu(tmp_path):
+    """Every CPU-tested hostile candidate, now on CUDA tensors (CUDA events, the caching allocator)."""
+    from test_adversarial import PY_TORCH, SIMPLE, fixture
+
+    honest = _judge_gpu(tmp_path, "honest", PY_TORCH)
+    assert honest.passed, honest.log
+    sandbox = honest.environment["sandbox"]
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "sandbox.json").write_text(json.dumps(sandbox, indent=1))
+    assert "resident-memory watchdog" in sandbox["memory"], sandbox
+    wrong = {}
+    for name in SIMPLE:
+        source, expect, dps = fixture(name)
+        outcome = _judge_gpu(tmp_path, name, source, dps)
+        if outcome.status != expect:
+            wrong[name] = (outcome.status, outcome.log[-600:])
+    assert not wrong, wrong
+    after = _judge_gpu(tmp_path, "honest-again", PY_TORCH + "\n# after the crashes\n")
+    assert after.passed, after.log  # the GPU is healthy for the next candidate
+
+
+SIDE_STREAM = """
+import torch
+
+_side = None
+
+
+def run(a, b):
+    # Launches the work on a side stream and returns without making the caller's stream wait:
+    # events recorded on the caller's stream time nothing.
+    global _side
+    _side = _side or torch.cuda.Stream()
+    out = torch.empty_like(a)
+    _side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side):
+        torch.cuda._sleep(5_000_000)
+        out.copy_(torch.nn.functional.silu(a) * b)
+    return out
+"""
+
+PATCH_EVENT = """
+import torch
+
+_real = torch.cuda.Event.elapsed_time
+
+
+def run(a, b):
+    torch.cuda.Event.elapsed_time = lambda self, end: _real(self, end) / 100
+    return torch.nn.functional.silu(a) * b
+"""
+
+OOB = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(a_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs * 100000000, tl.load(a_ptr + offs, mask=offs < n))
+
+
+def run(a, b):
+    out = torch.empty_like(a)
+    _k[(triton.cdiv(a.numel(), 256),)](a, out, a.numel(), BLOCK=256)
+    return out
+"""
+
+
+def test_side_stream_work_is_not_rewarded(tmp_path):
+    outcome = _judge_gpu(tmp_path, "side-stream", SIDE_STREAM)
+    assert outcome.status == "INCORRECT_NUMERICAL", outcome.log[-800:]
+
+
+def test_patched_cuda_event_timer_is_rejected(tmp_path):
+    outcome = _judge_gpu(tmp_path, "patch-event", PATCH_EVENT)
+    assert outcome.status == "RUNTIME_ERROR" and "elapsed_time" in outcome.log, outcome.log[-800:]
+
+
+def test_illegal_memory_access_ends_only_that_candidate(tmp_path):
+    from test_adversarial import PY_TORCH
+
+    crash = _judge_gpu(tmp_path, "oob", OOB)
+    assert crash.status == "RUNTIME_ERROR", crash.log[-800:]
+    after = _judge_gpu(tmp_path, "after-oob", PY_TORCH)
+    assert after.passed, after.log

@@ -1,0 +1,164 @@
+"""Benchmark: is the evaluator's measurement trustworthy and fast? Three numbers, on the demo's kernel.
+
+    python benchmarks/evaluator.py --out DIR [--device cuda|cpu] [--tiny]
+
+(a) A/A: the same kernel as baseline and candidate through the final gate (runner/optimize.py
+    ``_gate``: B-C-B interleaved, each a fresh sandboxed evaluation); every workload row is one gate
+    decision; the rate of rows that call the copy "faster" (speedup >= gamma). Target <= 1 %.
+(b) Repeat timing of one kernel of >= 50 us: the median of 10 separate evaluations; spread is
+    max/min of those medians. Target <= 2 %.
+(c) Throughput: wall time of one full evaluation (build with a cold Triton cache, 5-trial verify,
+    timing) of the small Triton kernel; median over runs, the reference child already cached.
+    Target <= 5 s.
+
+Prints a markdown table and writes DIR/evaluator.json. ``--tiny`` (with ``--device cpu``: Triton's
+interpreter) runs each part at the smallest size, to check the script itself; its numbers mean
+nothing. Defaults keep the GPU time near 4 minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kernelpro.runner.candidate import Candidate
+from kernelpro.runner.evaluator import EvalSettings, evaluate
+from kernelpro.runner.optimize import RunSettings, _gate
+from kernelpro.runner.target import Target, Tolerance
+from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
+ENTRY = "kernels/swiglu.py"
+
+
+def _solution(name: str, source: str) -> Solution:
+    spec = BuildSpec("triton", ("cuda",), f"{ENTRY}::swiglu", destination_passing_style=False)
+    return Solution(name, "swiglu_f32_h4096", "benchmark", spec, (SourceFile(ENTRY, source),))
+
+
+def _target(workloads: tuple[Workload, ...]) -> Target:
+    definition = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    return Target("swiglu", "triton", (ENTRY,), f"{ENTRY}::swiglu", definition, workloads)
+
+
+def aa(device: str, gates: int, copies: int, m: int, cache: Path) -> dict[str, Any]:
+    base = _target(())
+    workloads = tuple(Workload.make(base.definition, {"M": m}, uuid=f"aa-{i}") for i in range(copies))
+    target = replace(base, workloads=workloads)
+    source = (DEMO / "commit2" / ENTRY).read_text()
+    a = Candidate(_solution("A", source), None, "init", "baseline")
+    b = Candidate(_solution("A-copy", source), None, "init", "the same kernel")
+    # One verification trial: this part measures the gate's timing path; (c) measures verification.
+    rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600))
+    speedups: list[float] = []
+    failures: list[str] = []
+    for _ in range(gates):
+        g = _gate(target, a, b, workloads, rs)
+        if not g.per_workload:
+            failures.append(g.reason)
+        speedups += [float(r["speedup"]) for r in g.per_workload]
+    faster = sum(s >= rs.gamma for s in speedups)
+    return {"decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
+            "gamma": rs.gamma, "speedup_min": min(speedups, default=0.0), "speedup_max": max(speedups, default=0.0),
+            "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}  # fmt: skip
+
+
+def repeat(device: str, runs: int, m: int, cache: Path) -> dict[str, Any]:
+    target = _target(())
+    w = [Workload.make(target.definition, {"M": m}, uuid=f"rep-{m}")]
+    sol = _solution("A", (DEMO / "commit2" / ENTRY).read_text())
+    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600)
+    medians, failures = [], []
+    for _ in range(runs):
+        o = evaluate(target.definition, sol, w, Tolerance(), es)
+        if o.passed:
+            medians.append(o.latency(w[0].uuid))
+        else:
+            failures.append(f"{o.status}: {o.log[-300:]}")
+    spread = max(medians) / min(medians) - 1 if medians else float("nan")
+    return {"runs": len(medians), "medians_ms": medians, "spread": spread, "M": m, "failures": failures}
+
+
+def throughput(device: str, runs: int, m: int, tmp: Path) -> dict[str, Any]:
+    target = _target(())
+    w = [Workload.make(target.definition, {"M": m}, uuid=f"thr-{m}")]
+    source = (DEMO / "commit2" / ENTRY).read_text()
+    walls, phases, failures = [], [], []
+    for i in range(runs + 1):  # the first pays for the reference child too; it is reported apart
+        es = EvalSettings(device=device, trials=5, cache_dir=tmp / f"cold-cache-{i}", timeout_s=600)
+        t0 = time.perf_counter()
+        o = evaluate(target.definition, _solution(f"thr{i}", source), w, Tolerance(), es)
+        walls.append(time.perf_counter() - t0)
+        phases.append({k: round(float(v), 2) for k, v in o.phases.items()} | {"build": round(o.build_seconds, 2)})
+        if not o.passed:
+            failures.append(f"{o.status}: {o.log[-300:]}")
+    steady = walls[1:]
+    return {"runs": len(steady), "median_s": statistics.median(steady), "first_with_reference_s": walls[0],
+            "walls_s": walls, "phases": phases, "M": m, "trials": 5, "failures": failures}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="benchmark-out", help="folder for evaluator.json")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=os.environ.get("KERNELPRO_DEVICE", "cuda"))
+    p.add_argument("--tiny", action="store_true", help="smallest sizes: checks the script, numbers mean nothing")
+    p.add_argument("--aa-gates", type=int, default=4)
+    p.add_argument("--aa-copies", type=int, default=25, help="workload copies per gate: decisions per gate")
+    p.add_argument("--repeat-runs", type=int, default=10)
+    p.add_argument("--throughput-runs", type=int, default=5)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and args.tiny:
+        p.error("--tiny is the CPU check of this script; on the GPU run the defaults")
+    tiny = args.tiny
+    m_aa, m_rep, m_thr = (1, 1, 1) if tiny else (512, 8192, 256)
+    gates, copies = (1, 2) if tiny else (args.aa_gates, args.aa_copies)
+    reps, thr = (2, 1) if tiny else (args.repeat_runs, args.throughput_runs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as tmp:
+        cache = Path(tmp) / "triton-cache"
+        res: dict[str, Any] = {"device": args.device, "tiny": tiny}
+        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache)),
+                 ("repeat", lambda: repeat(args.device, reps, m_rep, cache)),
+                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp))))  # fmt: skip
+        for name, part in parts:
+            t1 = time.perf_counter()
+            res[name] = part()
+            print(f"[{name}: {time.perf_counter() - t1:.0f} s]", file=sys.stderr, flush=True)
+            # Written after every part: a run stopped by a time limit still leaves what it measured.
+            (out / "evaluator.json").write_text(json.dumps(res, indent=2) + "\n")
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    (out / "evaluator.json").write_text(json.dumps(res, indent=2) + "\n")
+    a, r, t = res["aa"], res["repeat"], res["throughput"]
+    if args.device != "cuda":
+        print("> CPU run (Triton interpreter): these are not GPU timings.\n")
+    print("| measurement | value | target | met |")
+    print("|---|---|---|---|")
+    print(f"| A/A false 'faster' (gamma {a['gamma']}, M={a['M']}) | {a['false_faster']}/{a['decisions']} = "
+          f"{a['rate']:.1%} (speedups {a['speedup_min']:.3f}..{a['speedup_max']:.3f}) | <= 1 % | "
+          f"{'yes' if a['rate'] <= 0.01 and a['decisions'] else 'NO'} |")  # fmt: skip
+    med = r["medians_ms"]
+    print(f"| repeat timing spread, M={r['M']} ({statistics.median(med) * 1e3 if med else float('nan'):.1f} us) | "
+          f"{r['spread']:.2%} over {r['runs']} runs | <= 2 % (kernels >= 50 us) | "
+          f"{'yes' if r['spread'] <= 0.02 else 'NO'} |")  # fmt: skip
+    print(f"| full evaluation, small Triton kernel (M={t['M']}, 5 trials, cold Triton cache) | "
+          f"{t['median_s']:.2f} s median (first, with the reference child: {t['first_with_reference_s']:.2f} s) | "
+          f"<= 5 s | {'yes' if t['median_s'] <= 5 else 'NO'} |")  # fmt: skip
+    problems = a["failures"] + r["failures"] + t["failures"]
+    for f in problems:
+        print(f"\nFAILED EVALUATION: {f}", file=sys.stderr)
+    print(f"\nwall time {res['wall_s']} s; JSON in {out / 'evaluator.json'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

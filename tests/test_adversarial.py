@@ -1,0 +1,277 @@
+"""Hostile candidates against the real evaluator: each must be rejected with the right status.
+
+Every file in tests/fixtures/adversarial/ games a weak harness in one known way (its docstring says
+how, and its ``EXPECT:`` line the status). They run exactly as the loop runs a candidate: a trusted
+reference child, the candidate in its own sandboxed child (scrubbed environment, namespaces where the
+OS allows them, memory and time limits), the verdict made here on the tensors it saved. Plain torch
+candidates on the CPU; the GPU-only ones (side stream, illegal address) are in tests/test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_evaluate import DEFINITION, PY_TORCH, WORKLOADS
+
+from kernelpro.runner.evaluator import EvalSettings, Outcome, evaluate
+from kernelpro.runner.sandbox import NO_ISOLATION, SandboxError, network_isolation, scrubbed_env
+from kernelpro.runner.target import Tolerance
+from kernelpro.runner.trace import BuildSpec, Definition, Solution, SourceFile, Workload
+
+FIXTURES = Path(__file__).parent / "fixtures" / "adversarial"
+SWIGLU = Definition.from_json(DEFINITION)
+LOADS = [Workload.from_json(w) for w in WORKLOADS]
+
+
+def settings(tmp_path: Path, **kw: object) -> EvalSettings:
+    base = EvalSettings(device="cpu", trials=5, timeout_s=90, memory_limit_mb=2048, cache_dir=tmp_path / "cache")
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def candidate(name: str, source: str, dps: bool = False, definition: str = SWIGLU.name) -> Solution:
+    return Solution(name, definition, "adversary", BuildSpec("python", ("cpu",), "cand.py::run", destination_passing_style=dps),
+                    (SourceFile("cand.py", source),))  # fmt: skip
+
+
+def fixture(name: str) -> tuple[str, str, bool]:
+    source = (FIXTURES / f"{name}.py").read_text()
+    expect = re.search(r"EXPECT: ([A-Z_]+)", source)
+    assert expect, f"{name}.py has no EXPECT: line"
+    return source, expect.group(1), source.startswith('"""DPS')
+
+
+def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) -> tuple[Outcome, str]:
+    text, expect, dps = fixture(name)
+    outcome = evaluate(SWIGLU, candidate(name, source or text, dps), LOADS, Tolerance(), settings(tmp_path, **kw))
+    return outcome, expect
+
+
+SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
+          "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog"]  # fmt: skip
+
+
+def test_every_fixture_is_tested() -> None:
+    on_disk = {p.stem for p in FIXTURES.glob("*.py")}
+    tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps"}
+    assert on_disk == tested
+    assert len(on_disk) >= 12
+
+
+def test_an_honest_candidate_passes_the_same_checks(tmp_path: Path) -> None:
+    """The control: without it, every rejection below could come from a harness that rejects all."""
+    outcome = evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), settings(tmp_path))
+    assert outcome.passed, outcome.log
+    c = outcome.results[0].correctness or {}
+    assert c["trials"] == 5 and c["runs_per_trial"] == 2 and c["timing_checks"] == 3
+    assert outcome.environment["sandbox"]["memory"].startswith("RLIMIT_DATA")
+
+
+@pytest.mark.parametrize("name", SIMPLE)
+def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
+    outcome, expect = judge(tmp_path, name)
+    assert outcome.status == expect, (outcome.status, outcome.log[-1500:])
+    log = outcome.log
+    why = {
+        "zeros": "all zeros",
+        "skipped_writes": "second poison",
+        "patch_timer": "replaced time.perf_counter",
+        "input_mutation": "modified an input",
+        "forge_result": "malformed status 'PASSED'",
+        "forge_outputs": "produced no outputs",
+        "memory_hog": "alloc",
+        "odd_tensors": "could not be judged",
+        "late_thread": "NaN-poisoned",
+    }.get(name)
+    assert why is None or why in log, log[-1500:]
+
+
+def test_pointer_cache_is_caught_by_the_timed_calls_alone(tmp_path: Path) -> None:
+    """With one trial (no perturbed trial), only the checked timed calls on re-randomised, reused
+    buffers can tell: the cache returns what it computed for the buffer's previous values."""
+    outcome, _ = judge(tmp_path, "pointer_cache", trials=1)
+    assert outcome.status == "INCORRECT_NUMERICAL", outcome.log
+    assert '"timed_call"' in outcome.log and "pointers" in outcome.log
+
+
+def test_value_cache_is_caught_by_the_half_changed_trial(tmp_path: Path) -> None:
+    outcome, _ = judge(tmp_path, "value_cache")
+    assert outcome.status == "INCORRECT_NUMERICAL"
+    assert json.loads(outcome.log)["trial"] == 4  # the last trial repeats trial 0 with a new second half
+
+
+def test_reference_outputs_are_nowhere_to_be_found(tmp_path: Path) -> None:
+    outcome, expect = judge(tmp_path, "reads_reference")
+    assert outcome.status == expect
+    assert "no reference outputs visible" in outcome.log and "evaluator cache 0 entries" in outcome.log
+
+
+SECRETS = {"GITHUB_TOKEN": "ghp_adversarialTEST123", "KERNELPRO_LLM_API_KEY": "sk-adversarialTEST456",
+           "OPENAI_API_KEY": "sk-openaiTEST789", "AWS_SECRET_ACCESS_KEY": "awsTEST000",
+           "ACTIONS_RUNTIME_TOKEN": "actionsTEST111"}  # fmt: skip
+
+
+def test_secrets_cannot_be_exfiltrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    outcome, expect = judge(tmp_path, "env_secrets")
+    assert outcome.status == expect
+    assert "EXFILTRATED=" in outcome.log and "'HOME'" in outcome.log  # it did dump what it could see
+    for k, v in SECRETS.items():
+        assert k not in outcome.log and v not in outcome.log
+    if network_isolation("cpu")[0]:
+        # Its own pid namespace: /proc holds the candidate alone, not the parent with the secrets.
+        assert "proc1" in outcome.log and "procNone" not in outcome.log
+
+
+def test_scrubbed_env_refuses_a_secret_even_when_asked_to_pass_one() -> None:
+    with pytest.raises(SandboxError, match="GITHUB_TOKEN"):
+        scrubbed_env({"GITHUB_TOKEN": "x"})
+    assert not [k for k in scrubbed_env({"HOME": "/tmp"}) if "TOKEN" in k or "KEY" in k]
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                got.append(conn.recv(4096))
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1], got
+    srv.close()
+
+
+def test_no_network_in_the_sandbox(tmp_path: Path, listener: tuple[int, list[bytes]]) -> None:
+    port, got = listener
+    text, expect, _ = fixture("network")
+    source = text.replace("PORT = 0", f"PORT = {port}")
+    if not network_isolation("cpu")[0]:
+        pytest.skip(f"this machine cannot make a network namespace: {network_isolation('cpu')[1]}")
+    outcome, _ = judge(tmp_path, "network", source)
+    assert outcome.status == expect
+    assert "unreachable" in outcome.log.lower() or "refused" in outcome.log.lower(), outcome.log[-800:]
+    assert got == []
+    assert outcome.environment["sandbox"]["network"].startswith("isolated")
+    # The same candidate without the namespace reaches the listener: the check above has teeth.
+    outcome, _ = judge(tmp_path, "network", source, isolate_network=False)
+    assert "connected and sent" in outcome.log
+    assert got and got[0].startswith(b"EXFILTRATED")
+    assert outcome.environment["sandbox"]["network"] == f"{NO_ISOLATION}: turned off"
+
+
+def test_isolation_unavailable_is_recorded_not_fatal() -> None:
+    prefix, why = network_isolation("cpu", unshare="false")  # a binary that always fails
+    assert prefix == () and why.startswith(NO_ISOLATION) and "exit 1" in why
+    prefix, why = network_isolation("cpu", unshare="no-such-unshare-binary")
+    assert prefix == () and "no unshare" in why
+
+
+def test_sleeping_past_the_limit_is_a_timeout(tmp_path: Path) -> None:
+    outcome, expect = judge(tmp_path, "sleeps", timeout_s=20)
+    assert outcome.status == expect and "killed after 20 s" in outcome.log
+
+
+def test_a_crash_ends_only_that_candidate(tmp_path: Path) -> None:
+    crash, _ = judge(tmp_path, "segfault")
+    assert crash.status == "RUNTIME_ERROR" and "exit code -11" in crash.log
+    after = evaluate(SWIGLU, candidate("after", PY_TORCH), LOADS, Tolerance(), settings(tmp_path))
+    assert after.passed, after.log
+
+
+def test_the_parent_kills_a_group_above_its_resident_memory_limit() -> None:
+    """The limit that also holds under CUDA (where RLIMIT_DATA is not set): a process of the group
+    that touches 1.5 GiB is killed at 400 MiB, quickly, and its output tail survives."""
+    import subprocess
+    import sys
+    import time
+
+    from kernelpro.runner.sandbox import _watch
+
+    hog = "import time; print('start', flush=True); x = b'x' * (1536 * 2**20); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    t0 = time.perf_counter()
+    ended = _watch(proc, t0 + 60, 400)
+    assert ended.reason == "memory" and ended.rss_mb > 400 and "start" in ended.log
+    assert time.perf_counter() - t0 < 20 and proc.returncode == -9
+
+
+def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate of the search shares the Triton cache and could plant a slow build of the
+    baseline there; the final gate's three evaluations use a fresh cache, removed afterwards."""
+    import kernelpro.runner.optimize as opt
+    from kernelpro.runner.candidate import Candidate
+    from kernelpro.runner.target import Target
+
+    seen: list[Path | None] = []
+
+    def spy(*args: object) -> Outcome:
+        seen.append(args[-1].cache_dir)  # type: ignore[attr-defined]
+        return evaluate(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opt, "evaluate", spy)
+    target = Target("swiglu", "python", ("cand.py",), "cand.py::run", SWIGLU, tuple(LOADS))
+    base = Candidate(candidate("base", PY_TORCH), None, "init", "baseline")
+    shared = tmp_path / "shared-cache"
+    rs = opt.RunSettings(gate_trials=5, evaluation=settings(tmp_path, cache_dir=shared))
+    g = opt._gate(target, base, base, tuple(LOADS), rs)
+    assert g.per_workload and g.correctness[0]["trials"] == 5
+    assert len(seen) == 3 and len(set(seen)) == 1 and seen[0] is not None
+    assert seen[0] != shared and not seen[0].exists()
+
+
+_DRIVER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_adversarial import LOADS, SWIGLU, candidate, fixture, settings
+from kernelpro.runner.evaluator import evaluate
+from kernelpro.runner.target import Tolerance
+from pathlib import Path
+source, _, dps = fixture("env_secrets")
+es = settings(Path(sys.argv[2]), isolate_network=sys.argv[3] == "1", trials=1)
+o = evaluate(SWIGLU, candidate("env", source, dps), LOADS, Tolerance(), es)
+print(json.dumps({"status": o.status, "log": o.log, "sandbox": o.environment["sandbox"]}))
+"""
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["namespaces", "no_namespaces"])
+def test_secrets_in_the_orchestrators_own_environment_stay_there(tmp_path: Path, isolate: bool) -> None:
+    """The secrets are in the initial environment of the process that runs the evaluation (as in a
+    workflow step), where /proc/PID/environ shows them; the candidate reads every environ it can reach.
+    With or without namespaces it finds none: the orchestrator makes itself non-dumpable."""
+    import os
+    import subprocess
+    import sys
+
+    if not isolate and os.geteuid() == 0:
+        pytest.skip("as root a process reads any environ (CAP_SYS_PTRACE) unless a user namespace drops it: "
+                    "without namespaces the runner must not be root (docs/github.md)")  # fmt: skip
+    if isolate and not network_isolation("cpu")[0]:
+        pytest.skip(f"no namespaces on this machine: {network_isolation('cpu')[1]}")
+    env = {**os.environ, **SECRETS}
+    p = subprocess.run([sys.executable, "-c", _DRIVER, str(Path(__file__).parent), str(tmp_path), "1" if isolate else "0"],
+                       capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["status"] == "RUNTIME_ERROR" and "EXFILTRATED=" in res["log"]
+    assert res["sandbox"]["parent"] == "parent not dumpable"
+    if not isolate:
+        assert re.search(r"proc\d+': 'unreadable: Permission denied", res["log"]), res["log"][-1500:]
+    for k, v in SECRETS.items():
+        assert k not in res["log"] and v not in res["log"]
