@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--solution", required=True, help="FlashInfer-Trace Solution JSON")
     e.add_argument("--workloads", help="JSONL of workloads (or workload traces)")
     e.add_argument("--out", required=True, help="trace JSONL to append to")
-    e.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole evaluation (default 300)")
+    e.add_argument("--timeout", type=float, default=300.0, help="seconds for each of the two children, reference and candidate (default 300)")
     e.add_argument("--trials", type=int, default=5, help="fresh seeded input sets per workload (default 5)")
     e.add_argument("--float64-reference", action="store_true",
                    help="also run the reference in float64; accept TF32-style differences by KernelOPT's ratio")

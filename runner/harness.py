@@ -469,9 +469,23 @@ def _environment(device: str) -> dict[str, Any]:
     if device == "cuda":
         hardware = torch.cuda.get_device_name(0).replace(" ", "_")
         libs["cuda"] = str(torch.version.cuda)
+        driver = _driver_version()
+        if driver:
+            libs["driver"] = driver
     else:
         hardware = "cpu" + ("_triton_interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "")
     return {"hardware": hardware, "libs": libs}
+
+
+def _driver_version(path: Path = Path("/proc/driver/nvidia/version")) -> str | None:
+    # The kernel module's own line ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04 ...");
+    # no NVML needed, and absent (None) where the driver is not a Linux kernel module.
+    try:
+        line = path.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    words = [w for w in line.split() if w[:1].isdigit() and "." in w]
+    return words[0] if words else None
 
 
 def _limit_memory(megabytes: int) -> str:

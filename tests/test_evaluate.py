@@ -531,3 +531,13 @@ def test_cli_reports_the_sandbox_and_takes_a_float64_reference(
     assert all("float64_ratio" in t["evaluation"]["correctness"]["extra"] for t in lines)
     err = capsys.readouterr().err
     assert "sandbox network: " in err and "sandbox memory: RLIMIT_DATA" in err
+
+
+def test_driver_version_is_read_from_the_kernel_module(tmp_path: Path) -> None:
+    from kernelpro.runner.harness import _driver_version
+
+    f = tmp_path / "version"
+    f.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Sat Sep 13 2025\n"
+                 "GCC version:  gcc version 12.2.0\n")  # fmt: skip
+    assert _driver_version(f) == "580.159.04"
+    assert _driver_version(tmp_path / "absent") is None
