@@ -418,32 +418,6 @@ def test_good_candidate_after_failing_ones_still_passes(
     assert [t["solution"] for t in all_lines] == ["bad", "bad", "good", "good"]
 
 
-PY_FORGES_RESULT = """
-import json
-import os
-import sys
-
-
-def run(a, b):
-    # The harness's result path is sys.argv[2], in the candidate's own (writable) cwd.
-    fake = {"uuid": "wl-m1", "status": "PASSED", "log": "",
-            "correctness": {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0, "trials": 2, "seeds": []},
-            "timing": {"median_ms": 1e-4, "p10_ms": 1e-4, "p90_ms": 1e-4, "std_ms": 0.0, "n": 500}}
-    with open(sys.argv[2], "w") as f:
-        json.dump({"environment": {"hardware": "NVIDIA_H200", "libs": {}},
-                   "build": {"status": "OK", "log": "", "seconds": 0.0},
-                   "workloads": [fake, dict(fake, uuid="wl-m3")]}, f)
-    os._exit(0)
-"""
-
-
-def test_candidate_cannot_forge_its_result(tmp_path: Path, defs: Any, fib_trace: Any) -> None:
-    sol = solution(tmp_path, "forger", PY_FORGES_RESULT, language="python")
-    rc, lines = evaluate(defs, sol, fib_trace, trials=1)
-    assert rc == 0
-    assert "PASSED" not in statuses(lines)
-
-
 def test_trace_lines_are_strict_json_even_with_nan_outputs(
     tmp_path: Path, defs: Any, fib_trace: Any
 ) -> None:

@@ -34,7 +34,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .knobs import Knob, KnobError
+from .knobs import Knob, KnobError, checked_edits
 
 __all__ = ["CUDA_SUFFIXES", "UNROLL_FULL", "apply_knobs", "find_knobs", "is_cuda_source"]
 
@@ -232,15 +232,7 @@ def apply_knobs(source: str, settings: Mapping[str, int], kernel: str | None = N
     """``source`` with each named knob set; unnamed knobs keep their value and the current values
     give back ``source`` unchanged. Raises KnobError for an unknown knob or a value off its choices."""
     scanned = {k.name: (k, s) for k, s in _scan(source, kernel, block)}
-    edits: list[tuple[_Site, int]] = []
-    for name, value in settings.items():
-        if name not in scanned:
-            raise KnobError(f"unknown knob {name!r} (known: {', '.join(sorted(scanned)) or 'none'})")
-        knob, site = scanned[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value not in knob.choices:
-            raise KnobError(f"{value!r} is not a choice for knob {name!r}: {knob.choices}")
-        if value != knob.value:
-            edits.append((site, value))
+    edits = checked_edits(scanned, settings)
     result = source
     for site, value in sorted(edits, key=lambda e: -e[0].start):
         result = result[: site.start] + _render(site, value) + result[site.end :]

@@ -38,6 +38,7 @@ import re
 import tokenize
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 __all__ = [
     "DEFAULT_NUM_STAGES",
@@ -70,6 +71,9 @@ _BLOCK_SUFFIX = re.compile(r"_?BLOCK(_SIZE)?(_[A-Z0-9])?$")
 _COUNT_NAME = re.compile(r"^(NUM|N)_|COUNT")
 
 _MODULE = "<module>"
+
+
+SiteT = TypeVar("SiteT")
 
 
 class KnobError(ValueError):
@@ -588,15 +592,10 @@ def find_knobs(source: str) -> list[Knob]:
     return [knob for knob, _ in _scan(source)]
 
 
-def apply_knobs(source: str, settings: Mapping[str, int]) -> str:
-    """``source`` with each knob named in ``settings`` set to its value.
-
-    Knobs not named keep their value; a setting equal to the current value changes nothing, so
-    applying the current values returns ``source`` unchanged. Raises KnobError for an unknown
-    knob name or a value outside the knob's choices.
-    """
-    scanned = {knob.name: (knob, site) for knob, site in _scan(source)}
-    edits: list[tuple[_Site, int]] = []
+def checked_edits(scanned: Mapping[str, tuple[Knob, SiteT]], settings: Mapping[str, int]) -> list[tuple[SiteT, int]]:
+    """The (site, new value) edits ``settings`` asks of the knobs ``scanned`` in a source (Triton's
+    or CUDA's); KnobError for an unknown knob or a value off its choices."""
+    edits: list[tuple[SiteT, int]] = []
     for name, value in settings.items():
         if name not in scanned:
             known = ", ".join(sorted(scanned)) or "none"
@@ -606,6 +605,18 @@ def apply_knobs(source: str, settings: Mapping[str, int]) -> str:
             raise KnobError(f"{value!r} is not a choice for knob {name!r}: {knob.choices}")
         if value != knob.value:
             edits.append((site, value))
+    return edits
+
+
+def apply_knobs(source: str, settings: Mapping[str, int]) -> str:
+    """``source`` with each knob named in ``settings`` set to its value.
+
+    Knobs not named keep their value; a setting equal to the current value changes nothing, so
+    applying the current values returns ``source`` unchanged. Raises KnobError for an unknown
+    knob name or a value outside the knob's choices.
+    """
+    scanned = {knob.name: (knob, site) for knob, site in _scan(source)}
+    edits = checked_edits(scanned, settings)
 
     result = source
     # Right to left so earlier offsets stay valid; inserts at one call point are merged so
