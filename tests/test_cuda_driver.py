@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_cuda import FakeTensor as DeviceTensor  # what the launcher reads off a CUDA tensor
 
 from kernelpro.runner import cuda as cuda_module
 from kernelpro.runner import driver
@@ -56,20 +57,6 @@ def fake_driver(fake_lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> ctype
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=0x7F12_3456_789A))
     fake_lib.fake_reset_current()
     return fake_lib
-
-
-class DeviceTensor:
-    """What the launcher reads off a torch CUDA tensor: shape, data_ptr, device, contiguity."""
-
-    def __init__(self, ptr: int, shape: tuple[int, ...]) -> None:
-        self.ptr, self.shape = ptr, shape
-        self.device = SimpleNamespace(type="cuda")
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-    def is_contiguous(self) -> bool:
-        return True
 
 
 def _expect(lib: ctypes.CDLL, sizes: list[int]) -> None:
