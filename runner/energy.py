@@ -2,7 +2,7 @@
 
 Measurement (``measure``): NVML's total-energy counter (mJ, monotonic) differenced over windows of
 back-to-back calls of >= 1 s each, the window's call count calibrated from the latency the parent
-itself observes. All arms (the baseline first, then candidates) are interleaved ABAB... in one run,
+itself observes. All arms (the baseline first, then candidates) are interleaved in one run, in ABBA order (odd rounds reversed),
 so slow drift (temperature, other tenants) affects them alike; idle windows (no arm may run) are
 spread through the same run and their median power is subtracted (dynamic energy). Each arm runs in
 a sandboxed child process of its own (``ChildRunner``); the parent reads NVML and the clock itself,
@@ -153,7 +153,7 @@ class EnergySettings:
 
     window_s: float = 1.0
     """Length of each window; >= 1 s on real hardware (the counter updates coarsely)."""
-    windows: int = 5
+    windows: int = 6
     """Windows per arm (K)."""
     idle_windows: int = 3
     """Idle windows spread through the run (start, middle, end)."""
@@ -182,7 +182,7 @@ class Window:
     arm: str | None
     """The arm that ran (None for idle)."""
     round: int
-    """ABAB round (the pair index) for arm windows; -1 for idle."""
+    """Round index (rounds 2j and 2j+1 form an ABBA pair) for arm windows; -1 for idle."""
     calls: int
     """Calls in the window (0 for idle)."""
     seconds: float
@@ -311,6 +311,24 @@ MIN_ABOVE_IDLE = 0.01
 """Dynamic energy under this share of the idle energy of its window is reported as unresolved."""
 
 
+def paired_ratios(arm: Mapping[int, float], ref: Mapping[int, float]) -> list[float]:
+    """Per-call energy of ``arm`` over the reference arm, one ratio per ABBA pair of rounds (2j, 2j+1):
+    each arm ran once early and once late in the pair, so a linear drift cancels exactly. A round
+    without its partner (an odd count, or a failed window) stands alone."""
+    rounds = sorted(r for r in arm if r in ref and ref[r] > 0)
+    out: list[float] = []
+    i = 0
+    while i < len(rounds):
+        r = rounds[i]
+        if r % 2 == 0 and i + 1 < len(rounds) and rounds[i + 1] == r + 1:
+            out.append((arm[r] + arm[r + 1]) / (ref[r] + ref[r + 1]))
+            i += 2
+        else:
+            out.append(arm[r] / ref[r])
+            i += 1
+    return out
+
+
 def summarize(windows: Sequence[Window], arms: Sequence[str], s: EnergySettings,
               device: str = "", counter_update_ms: float | None = None,
               notes: Sequence[str] = ()) -> Measurement:  # fmt: skip
@@ -344,9 +362,7 @@ def summarize(windows: Sequence[Window], arms: Sequence[str], s: EnergySettings,
     if arms:
         ref = per_round.get(arms[0], {})
         for arm in arms[1:]:
-            # ABAB pairing: each ratio compares windows a second apart, so drift cancels.
-            rs = [d / ref[r] for r, d in per_round[arm].items() if r in ref and ref[r] > 0]
-            ratios[arm] = median_ci(rs, s.confidence, s.resamples, s.seed)
+            ratios[arm] = median_ci(paired_ratios(per_round[arm], ref), s.confidence, s.resamples, s.seed)
     return Measurement(device, by_arm, ratios, idle, tuple(windows), counter_update_ms, tuple(out_notes))
 
 
@@ -385,7 +401,7 @@ def counter_update_ms(device: EnergyDevice, limit_s: float, clock: Callable[[], 
 def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: EnergySettings = EnergySettings(),
             *, clock: Callable[[], float] = time.perf_counter,
             sleep: Callable[[float], None] = time.sleep) -> Measurement:  # fmt: skip
-    """Calibrate, warm up, then K rounds of one window per arm (ABAB...) with idle windows spread in."""
+    """Calibrate, warm up, then K rounds of one window per arm (ABBA: odd rounds reversed) with idle windows spread in."""
     notes: list[str] = []
     procs, ours = set(device.processes() or ()), set(runner.pids()) | {os.getpid()}
     if procs & ours or not ours - {os.getpid()}:
@@ -442,12 +458,15 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
         if rnd in idle_at:
             window("idle", None, -1)
         if rnd < k:
-            for arm in arms:
+            # ABBA: odd rounds run the arms in reverse, so a steady drift (the H200 warmed from 42 to
+            # 48 C over an A/A run whose second arm always ran last: ratio 1.0095, interval [1.0076,
+            # 1.0139]) weighs on every arm alike within each pair of rounds.
+            for arm in (arms if rnd % 2 == 0 else list(reversed(arms))):
                 window("arm", arm, rnd)
     sm = {w.sm_clock_mhz for w in windows if w.kind == "arm" and w.sm_clock_mhz}
     if len(sm) > 1 and max(sm) > 1.05 * min(sm):
         notes.append(f"the SM clock moved between windows ({min(sm):.0f}-{max(sm):.0f} MHz): power or thermal "
-                     "throttling; ABAB pairing compensates only for slow changes")  # fmt: skip
+                     "throttling; ABBA pairing cancels only slow, steady changes")  # fmt: skip
     return summarize(windows, arms, s, device.name, tick, notes)
 
 
