@@ -504,3 +504,48 @@ def test_end_to_end_rewritten_kernel_runs_under_interpreter(tmp_path: Path) -> N
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+FWD_BWD = textwrap.dedent('''
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _fwd(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    @triton.jit
+    def _bwd(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    def _launch_fwd(x):
+        _fwd[(1,)](x, x.numel(), BLOCK=256, num_warps=4)
+
+    def forward(x):
+        _launch_fwd(x)
+        return x
+
+    def backward(x):
+        _bwd[(1,)](x, x.numel(), BLOCK=256, num_warps=4)
+        return x
+''')
+
+
+def test_tuner_offers_only_launches_the_entry_point_reaches() -> None:
+    # Seen in a replay of Liger's cross entropy: a launch setting of the backward pass, which the
+    # forward entry point never calls, changed and passed the gate on CPU noise at 1.05x.
+    from kernelpro.runner.programmers.tuner import _knobs
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile
+
+    def names(entry: str, *files: tuple[str, str]) -> set[str]:
+        sol = Solution("s", "d", "t", BuildSpec("triton", ("cuda",), entry), tuple(SourceFile(p, c) for p, c in files))
+        return {fk.knob.name for fk in _knobs(sol)}
+
+    fwd = {"_launch_fwd:BLOCK", "_launch_fwd:num_warps", "_launch_fwd:num_stages"}
+    assert names("k.py::forward", ("k.py", FWD_BWD)) == fwd
+    assert names("k.py::backward", ("k.py", FWD_BWD)) == {"backward:BLOCK", "backward:num_warps", "backward:num_stages"}
+    # An entry file that imports the kernel file's function: that function is the root there.
+    wrapper = "from k import forward\n\ndef run(x):\n    return forward(x)\n"
+    assert names("w.py::run", ("w.py", wrapper), ("k.py", FWD_BWD)) == fwd
+    # Nothing known to reach the file: every launch stays a knob.
+    assert len(names("w.py::run", ("w.py", "def run(x):\n    return x\n"), ("k.py", FWD_BWD))) == 6

@@ -592,6 +592,38 @@ def find_knobs(source: str) -> list[Knob]:
     return [knob for knob, _ in _scan(source)]
 
 
+def entry_roots(entry_source: str, symbol: str) -> frozenset[str]:
+    """Names the entry point can reach in other files: its own symbol and every name the entry file
+    imports with ``from ... import``."""
+    roots = {symbol}
+    for node in ast.walk(ast.parse(entry_source)):
+        if isinstance(node, ast.ImportFrom):
+            roots.update(a.asname or a.name for a in node.names)
+            roots.update(a.name for a in node.names)
+    return frozenset(roots)
+
+
+def reachable_functions(source: str, roots: Iterable[str]) -> frozenset[str] | None:
+    """Top-level functions of ``source`` that ``roots`` reach by referring to them by name, directly
+    or through each other; None when ``source`` defines none of the roots (then nothing can be ruled
+    out). A launch in a function the entry point never reaches (a backward pass beside the forward
+    the PR's entry calls) is not a knob: changing it cannot change what the gate measures, and noise
+    could let it through."""
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    todo = [r for r in roots if r in defs]
+    if not todo:
+        return None
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name) and n.id in defs)
+    return frozenset(seen)
+
+
 def checked_edits(scanned: Mapping[str, tuple[Knob, SiteT]], settings: Mapping[str, int]) -> list[tuple[SiteT, int]]:
     """The (site, new value) edits ``settings`` asks of the knobs ``scanned`` in a source (Triton's
     or CUDA's); KnobError for an unknown knob or a value off its choices."""

@@ -18,7 +18,7 @@ from ..candidate import Candidate
 from ..search import Scored
 from ..trace import Solution, SourceFile
 from . import Context, cuda_knobs
-from .knobs import Knob, KnobError, apply_knobs, find_knobs
+from .knobs import Knob, KnobError, apply_knobs, entry_roots, find_knobs, reachable_functions
 
 # Without findings: bigger tiles amortise per-program overhead first, then warps match the tile,
 # then pipelining. CUDA: threads per block first (occupancy, bytes in flight), then wider loads,
@@ -80,9 +80,18 @@ def _cuda_launch(solution: Solution) -> tuple[str | None, tuple[str, ...] | None
 
 def _knobs(solution: Solution) -> list[_FileKnob]:
     out: list[_FileKnob] = []
+    entry = next((s for s in solution.sources if s.path == solution.entry_file), None)
+    try:
+        roots = entry_roots(entry.content, solution.entry_symbol) if entry is not None else None
+    except SyntaxError:
+        roots = None
     for src in solution.sources:
         if src.path.endswith(".py"):
-            out.extend(_FileKnob(src.path, k) for k in find_knobs(src.content))
+            knobs = find_knobs(src.content)
+            reach = reachable_functions(src.content, roots) if roots is not None else None
+            if reach is not None:  # module-level knobs (shared constants) stay: reachable code may read them
+                knobs = [k for k in knobs if k.name.split(":", 1)[0].split(".", 1)[0] in reach | {"<module>"}]
+            out.extend(_FileKnob(src.path, k) for k in knobs)
         elif cuda_knobs.is_cuda_source(src.path):
             out.extend(_FileKnob(src.path, k) for k in cuda_knobs.find_knobs(src.content, *_cuda_launch(solution)))
     return out
