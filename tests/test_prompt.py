@@ -106,3 +106,23 @@ def test_findings_and_memory_parts(target: Target, repo_root: Path) -> None:
     assert "## Search memory" in user and "num_warps 32 was slower" in user
     _, bare = _text(target, parent_of(target, repo_root))
     assert "## Automated Bottleneck Analysis" not in bare and "## Search memory" not in bare
+
+
+def test_a_raw_cuda_kernel_prompt_shows_the_launch_kernelpro_makes(target: Target, repo_root: Path,
+                                                                   tmp_path: Path) -> None:  # fmt: skip
+    # The launch lives in .kernelpro.yml, not in the sources: a model that renamed the symbol or a
+    # macro the grid reads would get a COMPILE_ERROR it could not explain.
+    from kernelpro.cli import make_demo_repo
+    from kernelpro.runner.config import load_config
+
+    repo = make_demo_repo(tmp_path / "repo", "cuda")
+    sol = load_config(repo / ".kernelpro.yml").target("swiglu_cuda").solution(repo)
+    assert sol.spec.launch is not None
+    base = parent_of(target, repo_root)
+    parent = Scored(Candidate(sol, None, "init", "x"), base.outcome, base.speedup)
+    _, user = _text(target, parent)
+    launch = sol.spec.launch
+    assert f"kernelpro launches `{launch.kernel}` itself" in user
+    assert all(a.declaration() in user for a in launch.args) and ", ".join(launch.block) in user
+    triton_user = _text(target, base)[1]
+    assert "kernelpro launches" not in triton_user

@@ -298,6 +298,10 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rou
         "entry_symbol": base.entry_symbol,
         "paths": [s.path for s in base.sources],
         "dps": base.spec.destination_passing_style,
+        # A raw CUDA kernel is launched by kernelpro from this description, not by the sources: the
+        # model must keep the symbol, the parameter list and the macros the sizes read.
+        "launch": base.spec.launch,
+        "launch_args": [a.declaration() for a in base.spec.launch.args] if base.spec.launch is not None else [],
     }
     workloads = target.workloads_for(context.device)
     axes_of = {w.uuid: w.axes for w in (*target.workloads, *target.cpu_workloads)}
