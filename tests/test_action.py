@@ -206,16 +206,7 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     s = world.settings("pull_request", labeled(world), GITHUB_STEP_SUMMARY=str(summary))
     p = action.plan(s, world.checkout, world.fake.client())
     assert p.run
-    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
-    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
-    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
-    out = world.tmp / "results" / "kernelpro-result-0"
-
-    class Args:
-        target, checkout = "swiglu", str(world.checkout)
-
-    Args.out = str(out)  # type: ignore[attr-defined]
-    assert action.cmd_optimize(Args, s) == 0
+    out = _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     assert json.loads((out / "summary.json").read_text())["targets"][0]["winner"] is not None
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                  push_url=world.origin.as_uri())  # fmt: skip
@@ -269,14 +260,7 @@ def test_publish_acknowledges_a_retry_with_a_thumbs_up(world: World, monkeypatch
     payload = retry(world, "maint", "/kernelpro retry --budget 3")
     s = world.settings("issue_comment", payload)
     p = action.plan(s, world.checkout, world.fake.client())
-    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
-    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
-    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
-
-    class Args:
-        target, checkout, out = "swiglu", str(world.checkout), str(world.tmp / "results" / "r0")
-
-    assert action.cmd_optimize(Args, s) == 0
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("created:")
@@ -325,16 +309,7 @@ def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.Mon
     jobs = {t: fake.add_job(77, f"optimize {t}") for t in targets}
 
     # The optimize job of swiglu, for real (CPU); its artifact is what the progress job reads.
-    monkeypatch.setenv("KERNELPRO_BASE_SHA", p.base_sha)
-    monkeypatch.setenv("KERNELPRO_HEAD_SHA", p.head_sha)
-    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
-    out = world.tmp / "results" / "kernelpro-result-0"
-
-    class Args:
-        target, checkout = "swiglu", str(world.checkout)
-
-    Args.out = str(out)  # type: ignore[attr-defined]
-    assert action.cmd_optimize(Args, s) == 0
+    out = _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     evaluations = json.loads((out / "summary.json").read_text())["targets"][0]["evaluations"]
 
     seen: list[str] = []
