@@ -258,13 +258,14 @@ def summarize(events: Iterable[Mapping[str, Any]], calls: int = 1) -> Timeline:
         # Launch overhead counts from the first launch on: the wrapper's Python before it (shape
         # checks, allocation) is not launch overhead, and a single kernel must not look 40 % idle.
         launch_ts = [float(e["ts_us"]) for e in a if is_launch(str(e.get("name", "")))]
-        span_us += max(end - (min(launch_ts) if launch_ts else w.start), 0.0)
+        first_launch = min(launch_ts) if launch_ts else w.start
+        span_us += max(end - first_launch, 0.0)
         # The first kernel's own launch latency (API call to kernel start, ~10 us under the profiler)
         # is exposed only because each profiled call starts on an idle, synchronised GPU; in a
         # pipelined model it hides behind the previous call. Only idle time after the first kernel
         # started counts (the H200 corpus: single-kernel Liger wrappers read 20-45 % otherwise).
         if kernels:
-            lead_us += max(min(float(e["ts_us"]) for e in kernels) - (min(launch_ts) if launch_ts else w.start), 0.0)
+            lead_us += max(min(float(e["ts_us"]) for e in kernels) - first_launch, 0.0)
         launches += len(kernels)
         if first_names is None:
             first_names = tuple(str(e.get("name", "")) for e in kernels)

@@ -598,7 +598,7 @@ def entry_roots(entry_source: str, symbol: str) -> frozenset[str]:
     roots = {symbol}
     for node in ast.walk(ast.parse(entry_source)):
         if isinstance(node, ast.ImportFrom):
-            roots.update(a.asname or a.name for a in node.names)
+            # The imported name is what the other file defines (an `as` alias is only local here).
             roots.update(a.name for a in node.names)
     return frozenset(roots)
 
