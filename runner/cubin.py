@@ -321,19 +321,17 @@ class BuildPool:
     """Builds in the background while the GPU measures: ``submit`` returns at once; a candidate's
     child process that needs a cubin still being built waits on its lock rather than compiling again."""
 
-    def __init__(self, cache: Path, *, arch: str | None = None, workers: int | None = None) -> None:
-        self.cache = Path(cache)
+    def __init__(self, *, arch: str | None = None, workers: int | None = None) -> None:
         self.arch = arch or default_arch()
         self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1, thread_name_prefix="nvcc")
         self.futures: list[Future[Build]] = []
 
-    def submit(self, solutions: Sequence[Any], caches: Sequence[Path] | None = None) -> None:
-        """``caches``: one cubin cache per solution (the loop gives each candidate its own, so its
-        profile's SASS sees only its cubin); the pool's own cache otherwise."""
-        for i, s in enumerate(solutions):
+    def submit(self, solutions: Sequence[Any], caches: Sequence[Path]) -> None:
+        """``caches``: one cubin cache per solution (the loop gives each candidate its own, where its
+        evaluation child looks and its profile's SASS sees only its cubin)."""
+        for s, cache in zip(solutions, caches, strict=True):
             if _is_cuda(s):
-                cache = Path(caches[i]) if caches is not None else self.cache
-                self.futures.append(self._pool.submit(build_solution, s, cache, arch=self.arch))
+                self.futures.append(self._pool.submit(build_solution, s, Path(cache), arch=self.arch))
 
     def wait(self) -> list[Build]:
         return [f.result() for f in self.futures]

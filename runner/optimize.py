@@ -387,7 +387,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
 
     halted: list[str] = []
     # CUDA candidates compile on every CPU core while the GPU measures the first of the batch.
-    builds = BuildPool(cache_root(es.cache_dir)) if target.language == "cuda" and es.cache_dir is not None else None
+    builds = BuildPool() if target.language == "cuda" and es.cache_dir is not None else None
 
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
         if halted or len(evaluated) >= budget or clock() > deadline:
