@@ -226,18 +226,10 @@ def _gh_error(what: str, exc: GithubException, *, pushed: bool = True) -> Publis
     )
 
 
-def _find_pr(repo: Repository, branch: str) -> PullRequest | None:
+def _pr_from(repo: Repository, branch: str, state: str) -> PullRequest | None:
+    """The newest PR in ``state`` from ``branch`` of this repository (GitHub lists the newest first)."""
     owner = repo.full_name.split("/")[0]
-    for pr in repo.get_pulls(state="open", head=f"{owner}:{branch}"):
-        if pr.head.ref == branch:
-            return pr
-    return None
-
-
-def _last_closed_pr(repo: Repository, branch: str) -> PullRequest | None:
-    """The newest closed PR from ``branch`` (GitHub lists the newest first)."""
-    owner = repo.full_name.split("/")[0]
-    for pr in repo.get_pulls(state="closed", head=f"{owner}:{branch}"):
+    for pr in repo.get_pulls(state=state, head=f"{owner}:{branch}"):
         if pr.head.ref == branch:
             return pr
     return None
@@ -252,7 +244,7 @@ def _open_or_update(
     repo: Repository, *, branch: str, base: str, title: str, body: str
 ) -> tuple[PullRequest, Action]:
     try:
-        existing = _find_pr(repo, branch)
+        existing = _pr_from(repo, branch, "open")
     except GithubException as exc:
         raise _gh_error(f"looking for an open pull request from {branch}", exc) from exc
     if existing is None:
@@ -265,7 +257,7 @@ def _open_or_update(
             if exc.status != 422:
                 raise _gh_error(f"opening the pull request from {branch}", exc) from exc
             try:  # "A pull request already exists": a concurrent run opened it
-                existing = _find_pr(repo, branch)
+                existing = _pr_from(repo, branch, "open")
             except GithubException:
                 existing = None
             if existing is None:
@@ -354,8 +346,8 @@ def publish(
 
     # A closed follow-up PR and no open one: declined or merged (module docstring).
     try:
-        is_open = _find_pr(repo, branch) is not None
-        closed = _last_closed_pr(repo, branch)
+        is_open = _pr_from(repo, branch, "open") is not None
+        closed = _pr_from(repo, branch, "closed")
     except GithubException as exc:
         raise _gh_error(f"looking for an open pull request from {branch}", exc, pushed=False) from exc
     note = ""
