@@ -309,7 +309,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active))
         if active and (e := proxy(prof)) is not None:
             proxies[cand.key] = e
-        append_jsonl(out_dir / "profiles.jsonl", [{"key": cand.key, "seconds": round(secs, 2), "notes": list(prof.notes),
+        append_jsonl(out_dir / "profiles.jsonl", [{"key": cand.key, "seconds": round(secs, 2), "stages": dict(prof.stages), "notes": list(prof.notes),
                                                   "findings": [f.to_json() for f in analyses[cand.key][1].findings]}])  # fmt: skip
 
     if device == "cuda":

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .evaluator import EvalSettings, _request
 from .profile import Profile, SassStats, Timeline
@@ -37,7 +38,7 @@ class ProfileSettings:
 
 
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
-         ps: ProfileSettings, cache: Path) -> tuple[list, list[str]]:  # fmt: skip
+         ps: ProfileSettings, cache: Path, stages: dict[str, float]) -> tuple[list, list[str]]:  # fmt: skip
     from .profile.ncu import METRICS, NCU_MISSING, find_ncu, notes_for, parse_csv
 
     ncu = find_ncu()
@@ -57,15 +58,29 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache, wrapper=wrapper, isolate=False)
             if child.status == "OK" and report.exists():
                 notes.append("ncu failed inside the sandbox's namespaces and ran without network isolation")
+        _child_stages(stages, "ncu", child.seconds, child.result)
         if child.status != "OK" or not report.exists():
             # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix.
             return [], notes_for(child.log, 1) or [f"ncu run failed ({child.status}): {child.log.strip()[-300:]}"]
+        t0 = time.perf_counter()
         p = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw"], capture_output=True, text=True,
                            timeout=ps.timeout_s, env=scrubbed_env({"HOME": tmp}))  # fmt: skip
         kernels = parse_csv(p.stdout)
+        stages["ncu_export"] = time.perf_counter() - t0
         if not kernels:
             return [], [*notes, f"ncu recorded no kernel of the candidate ({p.stderr.strip()[-200:]})"]
         return kernels, notes
+
+
+def _child_stages(stages: dict[str, float], name: str, seconds: float, result: Any) -> None:
+    """The child's wall time, split by what its harness reported: Python/torch start-up, the
+    candidate's import (its package's own import included), the warm-up call, the profiled part."""
+    stages[name] = seconds
+    doc = result if isinstance(result, dict) else {}
+    for key, value in (("startup", doc.get("phases", {}).get("startup")), ("import", doc.get("build", {}).get("seconds")),
+                       *((k.removesuffix("_s"), v) for k, v in doc.get("profile", {}).items() if k.endswith("_s"))):  # fmt: skip
+        if isinstance(value, (int, float)):
+            stages[f"{name}.{key}"] = float(value)
 
 
 def _sass(cache: Path) -> tuple[SassStats | None, list[str]]:
@@ -84,11 +99,12 @@ def _sass(cache: Path) -> tuple[SassStats | None, list[str]]:
 
 
 def _timeline(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
-              ps: ProfileSettings, cache: Path) -> tuple[Timeline | None, list[str]]:  # fmt: skip
+              ps: ProfileSettings, cache: Path, stages: dict[str, float]) -> tuple[Timeline | None, list[str]]:  # fmt: skip
     from .profile.timeline import summarize
 
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "timeline"}
     child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache)
+    _child_stages(stages, "timeline", child.seconds, child.result)
     data = (child.result or {}).get("timeline", {})
     if child.status != "OK" or "events" not in data:
         return None, [f"timeline failed ({child.status}): {(data.get('error') or child.log).strip()[-300:]}"]
@@ -110,17 +126,21 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
     notes: list[str] = []
     kernels: list = []
     sass = None
+    stages: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
         cache = Path(tmp) / "triton-cache"  # fresh, so every cubin in it is this candidate's
         if triton_cache is not None and triton_cache.is_dir():
             shutil.copytree(triton_cache, cache)
         if ps.ncu:
-            kernels, n = _ncu(definition, solution, workload, es, ps, cache)
+            kernels, n = _ncu(definition, solution, workload, es, ps, cache, stages)
             notes += n
         if ps.timeline and timeline is None:
-            timeline, n = _timeline(definition, solution, workload, es, ps, cache)
+            timeline, n = _timeline(definition, solution, workload, es, ps, cache, stages)
             notes += n
         if ps.sass:
+            t1 = time.perf_counter()
             sass, n = _sass(cache)
+            stages["sass"] = time.perf_counter() - t1
             notes += n
-    return Profile(tuple(kernels), sass, timeline, tuple(notes)), time.perf_counter() - t0
+    rounded = tuple((k, round(v, 2)) for k, v in stages.items())
+    return Profile(tuple(kernels), sass, timeline, tuple(notes), rounded), time.perf_counter() - t0

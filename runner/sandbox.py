@@ -132,6 +132,21 @@ def protect_parent() -> str:
         return f"parent not protected: {e}"
 
 
+def child_variables(work: Path, device: str, cache_dir: Path | None) -> dict[str, str]:
+    """The variables a child gets on top of the scrubbed environment."""
+    extra = {"HOME": str(work), "TMPDIR": str(work), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    if device == "cpu":
+        extra["TRITON_INTERPRET"] = "1"
+    if cache_dir is not None:
+        # Compiled kernels are keyed by their source hash; sharing the cache skips recompiles.
+        extra["TRITON_CACHE_DIR"] = str(cache_dir)
+        # Autotune picks are kept there too: a later child of the same candidate (the profiler's,
+        # the gate's) reuses the pick instead of benchmarking every config again, which under ncu
+        # cost seconds per autotuned kernel. Each candidate has its own cache, so no pick is shared.
+        extra["TRITON_CACHE_AUTOTUNING"] = "1"
+    return extra
+
+
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
               privileged: bool = False, memory_limit_mb: int = 0,
@@ -145,12 +160,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
-        extra = {"HOME": str(work), "TMPDIR": str(work), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-        if device == "cpu":
-            extra["TRITON_INTERPRET"] = "1"
-        if cache_dir is not None:
-            # Compiled kernels are keyed by their source hash; sharing the cache skips recompiles.
-            extra["TRITON_CACHE_DIR"] = str(cache_dir)
+        extra = child_variables(work, device, cache_dir)
         cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         t0 = time.perf_counter()

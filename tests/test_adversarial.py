@@ -212,6 +212,29 @@ def test_the_parent_kills_a_group_above_its_resident_memory_limit() -> None:
     assert time.perf_counter() - t0 < 20 and proc.returncode == -9
 
 
+def test_a_childs_triton_cache_keeps_its_autotune_picks(tmp_path: Path) -> None:
+    """With a cache, autotune results are cached in it, so the profiler's child (started on a copy
+    of the candidate's cache) neither recompiles nor re-benchmarks every config."""
+    from kernelpro.runner.sandbox import child_variables
+
+    env = child_variables(tmp_path, "cuda", tmp_path / "cache")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "cache") and env["TRITON_CACHE_AUTOTUNING"] == "1"
+    assert "TRITON_CACHE_AUTOTUNING" not in child_variables(tmp_path, "cuda", None)
+    assert child_variables(tmp_path, "cpu", None)["TRITON_INTERPRET"] == "1"
+
+
+def test_profiling_stages_split_the_childs_time_by_what_its_harness_reported() -> None:
+    from kernelpro.runner.profiler import _child_stages
+
+    stages: dict[str, float] = {}
+    doc = {"phases": {"startup": 1.5}, "build": {"seconds": 3.25}, "profile": {"warmup_s": 0.5, "profiled_s": 2.0,
+                                                                               "profiled": "w0"}}  # fmt: skip
+    _child_stages(stages, "ncu", 9.0, doc)
+    assert stages == {"ncu": 9.0, "ncu.startup": 1.5, "ncu.import": 3.25, "ncu.warmup": 0.5, "ncu.profiled": 2.0}
+    _child_stages(stages, "timeline", 4.0, None)  # a crashed child: its wall time only
+    assert stages["timeline"] == 4.0 and "timeline.import" not in stages
+
+
 def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A candidate of the search shares the Triton cache and could plant a slow build of the
     baseline there; the final gate's three evaluations use a fresh cache, removed afterwards."""

@@ -120,8 +120,11 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     assert timeline.launch_overhead_pct < 20, timeline  # one kernel per call: no launch-overhead finding
     prof, secs = profile_candidate(d, sol, w, es, timeline=timeline)
     Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
-    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "profile_seconds.txt").write_text(f"{secs:.2f}\n")
-    assert secs <= 15.0, secs
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "profile_seconds.txt").write_text(f"{secs:.2f} {dict(prof.stages)}\n")
+    assert secs <= 15.0, (secs, prof.stages)
+    stages = dict(prof.stages)
+    assert {"ncu", "ncu.startup", "ncu.import", "ncu.warmup", "ncu.profiled", "ncu_export", "sass"} <= set(stages), stages
+    assert stages["ncu.startup"] + stages["ncu.import"] + stages["ncu.warmup"] < stages["ncu"] <= secs
     assert prof.notes == (), prof.notes
     assert prof.main is not None and prof.main.name.startswith("_swiglu_kernel")
     assert prof.metric("launch__registers_per_thread") is not None

@@ -94,6 +94,8 @@ class Profile:
     """The launch timeline."""
     notes: tuple[str, ...] = ()
     """Why something is missing (ncu absent, counters not permitted, ...)."""
+    stages: tuple[tuple[str, float], ...] = ()
+    """Where the profiling time went, in seconds per stage (ncu child, its start-up and import, ...)."""
 
     @property
     def main(self) -> KernelProfile | None:
