@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.." || exit 1
 repo=$PWD
 step=${1:?usage: bash benchmarks/h200.sh overhead|replays|kernelbench|pool}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+python3 -m compileall -q -j 0 /tmp/site > /dev/null  # as .ci/gpu: children never write bytecode
 export PYTHONPATH=/tmp/site KERNELPRO_DEVICE=cuda KERNELPRO_PROGRESS=0
 out="${OUT:-/tmp/kernelpro-bench}"
 mkdir -p "$out"

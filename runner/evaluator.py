@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -401,8 +402,14 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     if isinstance(ref, str):
         return Outcome(h, "RUNTIME_ERROR", (), log=ref, timestamp=_now())
 
+    judged = [0.0]
+
     def collect(work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:
-        return _judge(definition, workloads, req, ref, work, doc, seconds)
+        t0 = time.perf_counter()
+        try:
+            return _judge(definition, workloads, req, ref, work, doc, seconds)
+        finally:
+            judged[0] = time.perf_counter() - t0
 
     child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
                       isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect)  # fmt: skip
@@ -421,7 +428,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
                        build_seconds=build_seconds, wall_seconds=child.seconds, timestamp=_now())  # fmt: skip
     results = tuple(child.collected or ())
     failed = next((r for r in results if r.status != "PASSED"), None)
-    phases: Mapping[str, float] = res["phases"] if isinstance(res.get("phases"), dict) else {}
+    phases: Mapping[str, float] = {**(res["phases"] if isinstance(res.get("phases"), dict) else {}), "judge": judged[0]}
     return Outcome(
         solution_hash=h,
         status=failed.status if failed else ("PASSED" if results else "RUNTIME_ERROR"),

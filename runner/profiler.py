@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .evaluator import EvalSettings, _request
-from .profile import Profile, SassStats, Timeline
+from .profile import KernelProfile, Profile, SassStats, Timeline
 from .sandbox import run_child, scrubbed_env
 from .target import Tolerance
 from .trace import Definition, Solution, Workload
@@ -83,10 +83,10 @@ def _child_stages(stages: dict[str, float], name: str, seconds: float, result: A
             stages[f"{name}.{key}"] = float(value)
 
 
-def _sass(cache: Path) -> tuple[SassStats | None, list[str]]:
-    from .profile.sass import SassError, disassemble, find_cuobjdump, parse_sass, triton_cubins
+def _sass(cache: Path, kernels: Sequence[KernelProfile]) -> tuple[SassStats | None, list[str]]:
+    from .profile.sass import SassError, disassemble, find_cuobjdump, launched_cubins, parse_sass
 
-    cubins = triton_cubins(cache)
+    cubins = launched_cubins(cache, [(k.name, k.block[0] * k.block[1] * k.block[2]) for k in kernels])
     if not cubins:
         return None, ["no cubin found for SASS analysis (not a Triton kernel, or nothing was compiled)"]
     tool = find_cuobjdump()
@@ -139,7 +139,7 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
             notes += n
         if ps.sass:
             t1 = time.perf_counter()
-            sass, n = _sass(cache)
+            sass, n = _sass(cache, kernels)
             stages["sass"] = time.perf_counter() - t1
             notes += n
     rounded = tuple((k, round(v, 2)) for k, v in stages.items())

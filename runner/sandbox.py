@@ -163,13 +163,13 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         extra = child_variables(work, device, cache_dir)
         cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         proc = subprocess.Popen(
             cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         ended = _watch(proc, t0 + timeout_s, memory_limit_mb)
-        seconds = time.perf_counter() - t0
+        seconds, wall1 = time.perf_counter() - t0, time.time()
         log = ended.log
         if ended.reason == "timeout":
             return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds, sandbox)
@@ -185,8 +185,22 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
         if not isinstance(doc, dict):
             return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
+        _split_wall(doc, wall0, wall1)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
+
+
+def _split_wall(doc: dict[str, Any], popen: float, exited: float) -> None:
+    """Add to the child's own phases what only the parent sees: 'launch' (process start, sandbox and
+    the interpreter up to the harness's first line) and 'teardown' (from the result written to the
+    process gone: CUDA context destruction). Diagnostics only; nothing is decided on them."""
+    clock, phases = doc.get("clock"), doc.get("phases")
+    if not (isinstance(clock, dict) and isinstance(phases, dict)):
+        return
+    started, ended = clock.get("started"), clock.get("ended")
+    if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+        phases["launch"] = max(0.0, started - popen)
+        phases["teardown"] = max(0.0, exited - ended)
 
 
 @dataclass(frozen=True)

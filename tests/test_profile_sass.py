@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import stat
 import subprocess
@@ -256,3 +257,24 @@ def test_uses_cublas_on_a_library_linked_with_cublas(tmp_path: Path) -> None:
     if p.returncode != 0:
         pytest.skip(f"cuBLAS headers/library not installed here: {p.stderr.strip()[-200:]}")
     assert uses_cublas(so) is True
+
+
+def test_only_the_cubins_of_the_kernels_that_ran_are_disassembled(tmp_path: Path) -> None:
+    """An autotuned kernel leaves one cubin per config it tried; ncu names the launch that ran
+    (name, threads per block), and only that config's cubin describes the candidate."""
+    from kernelpro.runner.profile.sass import launched_cubins
+
+    def cubin(folder: str, name: str, warps: int) -> Path:
+        d = tmp_path / folder
+        d.mkdir()
+        (d / f"{name}.json").write_text(json.dumps({"name": name, "num_warps": warps, "shared": 0}))
+        (d / f"{name}.cubin").write_bytes(b"\x7fELF")
+        return d / f"{name}.cubin"
+
+    w4, w8, other = cubin("a", "_dyt_fwd", 4), cubin("b", "_dyt_fwd", 8), cubin("c", "_helper", 4)
+    assert launched_cubins(tmp_path, [("_dyt_fwd", 256)]) == [w8]
+    assert sorted(launched_cubins(tmp_path, [("_dyt_fwd", 128), ("_helper", 128)])) == sorted([w4, other])
+    assert sorted(launched_cubins(tmp_path, [("_dyt_fwd", 0)])) == sorted([w4, w8])  # threads unknown: by name
+    # ncu missing (no launches) or a name no cubin has: every cubin, as before.
+    assert sorted(launched_cubins(tmp_path, [])) == sorted([w4, w8, other])
+    assert sorted(launched_cubins(tmp_path, [("cutlass_gemm", 128)])) == sorted([w4, w8, other])

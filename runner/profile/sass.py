@@ -9,11 +9,13 @@ No GPU is needed: CI runs this on cubins built by nvcc and on recorded Triton ou
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelpro.runner.profile import SassStats
@@ -244,6 +246,24 @@ def triton_cubins(cache_dir: Path) -> list[Path]:
     if not cache_dir.is_dir():
         return []
     return sorted(cache_dir.rglob("*.cubin"), key=lambda p: (p.stat().st_mtime, str(p)))
+
+
+def launched_cubins(cache_dir: Path, launches: Sequence[tuple[str, int]]) -> list[Path]:
+    """The cubins of the kernels that ran: (name, threads per block) of each profiled launch, matched
+    against the metadata Triton writes beside each cubin. An autotuned kernel leaves one cubin per
+    config it tried; only the config that ran says anything about the candidate (and disassembling
+    every one cost seconds). Every cubin when nothing matches or nothing is known."""
+    cubins = triton_cubins(cache_dir)
+    picked = []
+    for c in cubins:
+        try:
+            meta = json.loads(c.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            continue
+        name, warps = meta.get("name", c.stem), meta.get("num_warps")
+        if any(n == name and (not isinstance(warps, int) or not threads or warps * 32 == threads) for n, threads in launches):
+            picked.append(c)
+    return picked or cubins
 
 
 def sass_stats(path: Path, cuobjdump: str | None = None) -> SassStats:
