@@ -266,12 +266,27 @@ def _portable(values: Sequence[Any]) -> list[Any]:
     out: list[Any] = []
     for v in values:
         if isinstance(v, torch.Tensor):
-            out.append(v.detach().to("cpu", copy=True))
+            # A GPU tensor is saved as it is: torch.save copies it through pinned memory (below).
+            out.append(v.detach() if v.is_cuda else v.detach().to("cpu", copy=True))
         elif isinstance(v, (int, float, bool)):
             out.append(v)
         else:
             out.append({"not_a_tensor": type(v).__name__})
     return out
+
+
+def _fast_saves() -> None:
+    """Outputs cross to the parent as files, gigabytes per evaluation at GPU sizes: on the H200 their
+    saving took 5.5 of a 9.8 s evaluation. A pinned staging copy (cached by torch's host allocator)
+    is several times faster than a pageable one, and the zip's CRC32 guards nothing the parent needs:
+    it reads the file once, right after the child wrote it, with weights_only."""
+    try:
+        from torch.utils.serialization import config
+
+        config.save.use_pinned_memory_for_d2h = True
+        config.save.compute_crc32 = False
+    except (ImportError, AttributeError):  # an older torch: its defaults, only slower
+        pass
 
 
 def _save(values: Sequence[Any], path: Path) -> str:
@@ -465,10 +480,11 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
 def _environment(device: str) -> dict[str, Any]:
     libs = {"torch": torch.__version__, "python": sys.version.split()[0]}
     try:
-        import triton
+        # Its version without its import (half a second a child): a CUDA target never loads Triton.
+        from importlib.metadata import PackageNotFoundError, version
 
-        libs["triton"] = triton.__version__
-    except ImportError:
+        libs["triton"] = version("triton")
+    except PackageNotFoundError:
         pass
     if device == "cuda":
         hardware = torch.cuda.get_device_name(0).replace(" ", "_")
@@ -548,6 +564,7 @@ def _timeline(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> di
 
 def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     device = req["device"]
+    _fast_saves()
     result: dict[str, Any] = {"environment": _environment(device), "workloads": []}
     if device == "cuda":
         torch.zeros(1, device="cuda")  # the CUDA context exists before the memory limit applies
