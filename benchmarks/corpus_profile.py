@@ -146,6 +146,8 @@ def main() -> None:
                 "findings": [f"{f.severity}:{f.tool}" for f in analysis.findings], "ran": len(analysis.ran),
                 "profile_s": round(secs, 1), "wall_s": round(time.perf_counter() - t0, 1), "notes": list(prof.notes),
                 "stages": dict(prof.stages),
+                # The same import in the evaluation's child, without ncu: what ncu adds to it.
+                "eval_import_s": round(outcome.build_seconds, 2), "eval_startup_s": round(outcome.phases.get("startup", 0.0), 2),
             })  # fmt: skip
         else:
             row["log"] = outcome.log[-600:]

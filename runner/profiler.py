@@ -46,8 +46,10 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
         return [], [NCU_MISSING]
     with tempfile.TemporaryDirectory(prefix="kernelpro-ncu-") as tmp:
         rep = Path(tmp) / "rep"
-        wrapper = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS),
-                   "-f", "-o", str(rep)]  # fmt: skip
+        # application-only: a process the candidate's import starts (a version probe, a compiler) is
+        # not injected; under the default ("all") each one paid ncu's start-up.
+        wrapper = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes",
+                   "application-only", "--metrics", ",".join(METRICS), "-f", "-o", str(rep)]  # fmt: skip
         req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
         # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
         child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache, wrapper=wrapper, privileged=True)

@@ -235,8 +235,18 @@ def test_child_runner_runs_arms_in_stopped_sandboxed_processes() -> None:
         runner.run("ieee", 2)
         runner.run("fast", 3)
         assert all(_state(p) == "T" for p in pids)
+        # No CUDA graphs off the GPU: both arms run eagerly, alike, and nothing claims otherwise.
+        assert not runner.graphs and runner.notes == ()
     finally:
         runner.close()
+
+
+def test_arms_replay_graphs_only_when_every_arm_was_captured() -> None:
+    runner = ChildRunner({})
+    runner._graph = {"a": True, "b": True}
+    assert runner.graphs and "CUDA graph" in runner.notes[0]
+    runner._graph = {"a": True, "b": False}
+    assert not runner.graphs and runner.notes == ("the arms ran eagerly: b could not be captured as a CUDA graph",)
 
 
 def test_child_runner_reports_a_candidate_that_does_not_build() -> None:
