@@ -165,6 +165,8 @@ class EvalSettings:
     """Triton cache shared by candidates."""
     timeline: bool = False
     """After timing, record the launch timeline of the largest workload (GPU only)."""
+    judge_during: bool = True
+    """Judge each saved output while the child goes on (never while it times), not all after it."""
     float64_reference: bool = False
     """Also run the reference in float64 and accept TF32-style differences by KernelOPT's error ratio."""
     memory_limit_mb: int = 32_768
@@ -276,52 +278,92 @@ class _Verdict(Exception):
         self.status, self.log, self.correctness = status, log, correctness
 
 
-def _judge_outputs(work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
-                   trials: int, seeds: list[int]) -> dict[str, Any]:  # fmt: skip
-    """Every saved output of workload ``wi`` against the reference; the worst errors, or _Verdict.
-    File names are the parent's own, never taken from the child's result."""
-    from .comparison import compare
+class _OutputJudge:
+    """Every saved output of workload ``wi`` against the reference, in the order the child writes
+    them: ``advance`` judges the files complete so far (called while the child still runs, so judging
+    overlaps its work), ``result`` the rest once it has exited: the worst errors, or the _Verdict of
+    the first wrong file. File names are the parent's own, never taken from the child's result."""
 
-    worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
-    ratios: list[float] = []
-    named = list(definition.outputs.items())
-    jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
-             {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
-            for t in range(trials) for r in (0, 1)]  # fmt: skip
-    jobs += [(f"w{wi}_c{j}.pt", want, ref.checks64[wi][j] if ref.checks64[wi] else None, {"timed_call": j, "reason_if_wrong": "a timed call on a reused, "
-              "re-randomised buffer set returned wrong outputs (a cache keyed on pointers?)"})
-             for j, want in enumerate(ref.checks[wi])]  # fmt: skip
-    previous: list[Any] = []
-    for fname, want, want64, where in jobs:
-        path = work / "out" / fname
-        if not path.is_file():
-            raise _Verdict("RUNTIME_ERROR", f"the candidate's process produced no outputs for {where}")
+    def __init__(self, work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
+                 trials: int, seeds: list[int]) -> None:  # fmt: skip
+        self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, len(ref.checks[wi])
+        self.named = list(definition.outputs.items())
+        self.jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
+                      {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
+                     for t in range(trials) for r in (0, 1)]  # fmt: skip
+        self.jobs += [(f"w{wi}_c{j}.pt", want, ref.checks64[wi][j] if ref.checks64[wi] else None, {"timed_call": j,
+                       "reason_if_wrong": "a timed call on a reused, re-randomised buffer set returned wrong outputs "
+                       "(a cache keyed on pointers?)"}) for j, want in enumerate(ref.checks[wi])]  # fmt: skip
+        self.done = 0
+        self.worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
+        self.ratios: list[float] = []
+        self.previous: list[Any] = []
+        self.failed: Exception | None = None  # a _Verdict, or what judging a garbage file raised
+
+    @property
+    def finished(self) -> bool:
+        return self.failed is not None or self.done == len(self.jobs)
+
+    def advance(self, final: bool = False) -> None:
+        while not self.finished:
+            fname, want, want64, where = self.jobs[self.done]
+            path = self.work / "out" / fname
+            if not path.is_file():  # the harness renames a file into place once it is complete
+                if final:
+                    self.failed = _Verdict("RUNTIME_ERROR", f"the candidate's process produced no outputs for {where}")
+                return
+            try:
+                self._judge(path, want, want64, where)
+            except Exception as e:  # noqa: BLE001 - a verdict, or a file the candidate wrote that is garbage
+                self.failed = e
+                return
+            self.done += 1
+
+    def _judge(self, path: Path, want: Any, want64: Any, where: dict[str, Any]) -> None:
+        from .comparison import compare
+
         try:
             got = _load(path)
         except Exception as e:  # a file the candidate wrote is data, and may be garbage
             raise _Verdict("RUNTIME_ERROR", f"unreadable outputs for {where}: {e}") from None
-        if not isinstance(got, list) or len(got) != len(named):
+        if not isinstance(got, list) or len(got) != len(self.named):
             n = len(got) if isinstance(got, list) else 1
-            raise _Verdict("INCORRECT_SHAPE", f"returned {n} outputs, the definition has {len(named)}")
-        if where.get("run") == "second poison" and _identical(got, previous):
-            continue  # bit for bit the first run of this trial, which passed: the same verdict, for free
-        previous = got
-        for k, ((name, spec), g) in enumerate(zip(named, got, strict=True)):
-            a, r = tol["atol"].get(spec.dtype, 0.0), tol["rtol"].get(spec.dtype, 0.0)
+            raise _Verdict("INCORRECT_SHAPE", f"returned {n} outputs, the definition has {len(self.named)}")
+        if where.get("run") == "second poison" and _identical(got, self.previous):
+            return  # bit for bit the first run of this trial, which passed: the same verdict, for free
+        self.previous = got
+        for k, ((name, spec), g) in enumerate(zip(self.named, got, strict=True)):
+            a, r = self.tol["atol"].get(spec.dtype, 0.0), self.tol["rtol"].get(spec.dtype, 0.0)
             verdict, stats = compare(name, spec.dtype, g, want[k], a, r, want64[k] if want64 else None)
             if verdict is not None:
                 detail = {"output": name, **stats, **where, "atol": a, "rtol": r}
                 detail.pop("reason_if_wrong", None) if "timed_call" not in where else None
                 raise _Verdict(verdict, json.dumps(detail), detail if verdict == "INCORRECT_NUMERICAL" else None)
-            for key in worst:
-                worst[key] = max(worst[key], float(stats[key]))
+            for key in self.worst:
+                self.worst[key] = max(self.worst[key], float(stats[key]))
             if "float64_ratio" in stats:
-                ratios.append(float(stats["float64_ratio"]))
-    out: dict[str, Any] = {**worst, "trials": trials, "seeds": seeds, "runs_per_trial": 2,
-                           "timing_checks": len(ref.checks[wi])}  # fmt: skip
-    if ratios:
-        out["float64_ratio"] = max(ratios)
-    return out
+                self.ratios.append(float(stats["float64_ratio"]))
+
+    def result(self) -> dict[str, Any]:
+        self.advance(final=True)
+        if self.failed is not None:
+            raise self.failed
+        out: dict[str, Any] = {**self.worst, "trials": self.trials, "seeds": self.seeds, "runs_per_trial": 2,
+                               "timing_checks": self.n_checks}  # fmt: skip
+        if self.ratios:
+            out["float64_ratio"] = max(self.ratios)
+        return out
+
+
+def _follow(judges: Sequence[_OutputJudge], work: Path) -> None:
+    """While the child runs: judge what it has written, workload by workload, in order. Never while
+    it times (its marker file says so): the parent's CPU work must not slow its launches."""
+    if (work / "timing").exists():
+        return
+    for j in judges:
+        j.advance()
+        if not j.finished:
+            return
 
 
 def _identical(a: list[Any], b: list[Any]) -> bool:
@@ -354,10 +396,17 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
     return timing
 
 
-def _judge(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
-           work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:  # fmt: skip
+def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
+            work: Path) -> list[_OutputJudge]:  # fmt: skip
     from .harness import trial_seed
 
+    return [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
+                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])])
+            for wi, w in enumerate(workloads)]  # fmt: skip
+
+
+def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_OutputJudge],
+           doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:  # fmt: skip
     results: list[WorkloadResult] = []
     entries = doc.get("workloads")
     if not isinstance(entries, list) or len(entries) > len(workloads):
@@ -374,8 +423,7 @@ def _judge(definition: Definition, workloads: Sequence[Workload], req: Mapping[s
                     raise _Verdict("RUNTIME_ERROR", f"malformed status {status[:40]!r} from the candidate's process")
                 corr = json.loads(log) if status == "INCORRECT_NUMERICAL" and log.startswith("{") else None
                 raise _Verdict(status, log, corr)
-            seeds = [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])]
-            correctness = _judge_outputs(work, wi, definition, ref, req["tolerance"], req["trials"], seeds)
+            correctness = judges[wi].result()
             results.append(WorkloadResult(w.uuid, "PASSED", "", correctness, _timing(e, seconds, spent),
                                           ref.timing[wi]))  # fmt: skip
         except _Verdict as v:
@@ -402,17 +450,28 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     if isinstance(ref, str):
         return Outcome(h, "RUNTIME_ERROR", (), log=ref, timestamp=_now())
 
-    judged = [0.0]
+    judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
+    judges: list[_OutputJudge] = []
+
+    def during(work: Path) -> None:
+        t0 = time.perf_counter()
+        if not judges:
+            judges.extend(_judges(definition, workloads, req, ref, work))
+        _follow(judges, work)
+        judged["judge_during"] += time.perf_counter() - t0
 
     def collect(work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:
         t0 = time.perf_counter()
         try:
-            return _judge(definition, workloads, req, ref, work, doc, seconds)
+            if not judges:
+                judges.extend(_judges(definition, workloads, req, ref, work))
+            return _judge(workloads, ref, judges, doc, seconds)
         finally:
-            judged[0] = time.perf_counter() - t0
+            judged["judge"] = time.perf_counter() - t0
 
     child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
-                      isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect)  # fmt: skip
+                      isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect,
+                      during=during if settings.judge_during else None)  # fmt: skip
     environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child, settings)}}
     if child.status != "OK" or child.result is None:
         status = "TIMEOUT" if child.status == "TIMEOUT" else "RUNTIME_ERROR"
@@ -428,7 +487,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
                        build_seconds=build_seconds, wall_seconds=child.seconds, timestamp=_now())  # fmt: skip
     results = tuple(child.collected or ())
     failed = next((r for r in results if r.status != "PASSED"), None)
-    phases: Mapping[str, float] = {**(res["phases"] if isinstance(res.get("phases"), dict) else {}), "judge": judged[0]}
+    phases: Mapping[str, float] = {**(res["phases"] if isinstance(res.get("phases"), dict) else {}), **judged}
     return Outcome(
         solution_hash=h,
         status=failed.status if failed else ("PASSED" if results else "RUNTIME_ERROR"),

@@ -94,7 +94,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "seconds_by_stage": {
             "child_wall": round(sum(s.outcome.wall_seconds for s in result.evaluated), 2),
             **{k: round(sum(s.outcome.phases.get(k, 0.0) for s in result.evaluated), 2)
-               for k in ("launch", "startup", "verify", "save", "time", "teardown", "judge")},
+               for k in ("launch", "startup", "verify", "save", "time", "teardown", "judge", "judge_during")},
             "build": round(sum(s.outcome.build_seconds for s in result.evaluated), 2),
         },
     }

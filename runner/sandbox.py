@@ -150,10 +150,12 @@ def child_variables(work: Path, device: str, cache_dir: Path | None) -> dict[str
 def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
               privileged: bool = False, memory_limit_mb: int = 0,
-              collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None) -> ChildResult:  # fmt: skip
+              collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
+              during: Callable[[Path], None] | None = None) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
-    deleted when this returns. ``memory_limit_mb`` caps the resident memory of the child's whole
+    deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
+    child runs (what it raises is its own business). ``memory_limit_mb`` caps the resident memory of the child's whole
     process group, watched from here (the child's own RLIMIT_DATA is set by the harness)."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     sandbox = {"network": network, "parent": protect_parent()}
@@ -168,7 +170,16 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        ended = _watch(proc, t0 + timeout_s, memory_limit_mb)
+        stop = threading.Event()
+        follower = threading.Thread(target=_follow, args=(during, work, stop), daemon=True) if during else None
+        if follower is not None:
+            follower.start()
+        try:
+            ended = _watch(proc, t0 + timeout_s, memory_limit_mb)
+        finally:
+            stop.set()
+            if follower is not None:
+                follower.join()
         seconds, wall1 = time.perf_counter() - t0, time.time()
         log = ended.log
         if ended.reason == "timeout":
@@ -188,6 +199,14 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         _split_wall(doc, wall0, wall1)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
+
+
+def _follow(during: Callable[[Path], None], work: Path, stop: threading.Event) -> None:
+    while not stop.wait(0.05):
+        try:
+            during(work)
+        except Exception:  # noqa: BLE001 - only a head start: what it missed is done after the exit
+            return
 
 
 def _split_wall(doc: dict[str, Any], popen: float, exited: float) -> None:

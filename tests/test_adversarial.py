@@ -92,6 +92,45 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
     assert why is None or why in log, log[-1500:]
 
 
+def _where(outcome: Outcome) -> dict[str, object]:
+    detail = json.loads(outcome.log) if outcome.log.startswith("{") else {"log": outcome.log[:80]}
+    return {k: detail.get(k) for k in ("output", "trial", "run", "timed_call", "log")}
+
+
+@pytest.mark.parametrize("name", ["value_cache", "partial", "forge_outputs", "odd_tensors"])  # deterministic: which file fails first
+def test_judging_while_the_child_runs_reaches_the_verdict_of_judging_after_it(tmp_path: Path, name: str) -> None:
+    """The parent judges each output file as the child completes it; the first wrong file, and so
+    the verdict, must be the one a judgement after the child's exit finds."""
+    during, expect = judge(tmp_path / "during", name)
+    after, _ = judge(tmp_path / "after", name, judge_during=False)
+    assert during.status == after.status == expect, (during.log[:300], after.log[:300])
+    assert _where(during) == _where(after)
+
+
+def test_an_honest_candidates_outputs_are_judged_while_it_runs(tmp_path: Path) -> None:
+    outcome = evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), settings(tmp_path))
+    assert outcome.passed, outcome.log
+    assert outcome.phases["judge_during"] > 0 and "judge" in outcome.phases
+
+
+def test_nothing_is_judged_while_the_child_times(tmp_path: Path) -> None:
+    from kernelpro.runner.evaluator import _follow
+
+    class Judge:
+        finished, calls = False, 0
+
+        def advance(self) -> None:
+            self.calls += 1
+
+    j = Judge()
+    (tmp_path / "timing").touch()
+    _follow([j], tmp_path)  # type: ignore[list-item]
+    assert j.calls == 0
+    (tmp_path / "timing").unlink()
+    _follow([j, Judge()], tmp_path)  # type: ignore[list-item]
+    assert j.calls == 1  # and the second workload waits for the first to be judged whole
+
+
 def test_pointer_cache_is_caught_by_the_timed_calls_alone(tmp_path: Path) -> None:
     """With one trial (no perturbed trial), only the checked timed calls on re-randomised, reused
     buffers can tell: the cache returns what it computed for the buffer's previous values."""
