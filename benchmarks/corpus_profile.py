@@ -166,7 +166,7 @@ def main() -> None:
         st: dict = r.get("stages", {})  # type: ignore[assignment]
         findings = ", ".join(r["findings"]) or "none"  # type: ignore[arg-type]
         print(f"| {r['kernel']} | {r['ms']:.4f} | {r['pct_of_roofline']:.0f} | {r['theory']} | {sol} | {r['class']} | "
-              f"{findings} | {r['profile_s']} | {st.get('ncu', 0):.1f} ({st.get('ncu.import', 0):.1f}) |")
+              f"{findings} | {r['profile_s']} | {st.get('ncu', 0):.1f} ({st.get('ncu.import', 0):.1f}; {r.get('eval_import_s', 0)} without ncu) |")
 
 
 if __name__ == "__main__":

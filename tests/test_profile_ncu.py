@@ -362,3 +362,46 @@ def test_collect_reports_other_failures(fake_path: Path) -> None:
     assert kernels == [] and notes == [
         "ncu exited with 11: ==ERROR== The application returned an error code (11)."
     ]
+
+
+def _profile_with_fake_ncu(fake_path: Path, stages: dict[str, float]) -> tuple[list, list[str]]:
+    """The profiler's ncu step for the demo's kernel, with whatever fake ncu is on PATH."""
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.profiler import ProfileSettings, _ncu
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(Path(__file__).resolve().parents[1] / "examples" / "demo" / "commit1" / "definitions" / "swiglu.json")
+    sol = Solution("t", d.name, "t", BuildSpec("triton", ("cuda",), "k.py::swiglu", destination_passing_style=False),
+                   (SourceFile("k.py", "def swiglu(a, b):\n    return a\n"),))  # fmt: skip
+    return _ncu(d, sol, Workload.make(d, {"M": 64}), EvalSettings(device="cuda"), ProfileSettings(),
+                fake_path / "cache", stages)  # fmt: skip
+
+
+def test_the_profiler_reads_ncus_csv_from_its_own_log_file(fake_path: Path) -> None:
+    """One ncu run, its raw page written as CSV to --log-file (not the stdout the candidate shares,
+    and no report to export with a second ncu): a fake ncu writes the H200's recorded raw page there
+    and the harness's result where the command line says."""
+    _fake_ncu(fake_path, f"""
+log=""; prev=""
+for a in "$@"; do [ "$prev" = "--log-file" ] && log="$a"; prev="$a"; last="$a"; done
+echo "==PROF== Connected to process 1" > "$log"
+cat "{H200 / "ncu_full_raw_tuned.csv"}" >> "$log"
+echo '{{"phases": {{"startup": 1.5}}, "build": {{"seconds": 2.0}}, "profile": {{"warmup_s": 0.5, "profiled_s": 0.25}}}}' > "$last"
+echo "the candidate printed this" """)
+    stages: dict[str, float] = {}
+    kernels, notes = _profile_with_fake_ncu(fake_path, stages)
+    assert [k.name for k in kernels] == ["_swiglu_kernel"] and notes == []
+    assert stages["ncu.import"] == 2.0 and stages["ncu.profiled"] == 0.25 and "ncu_export" not in stages
+    args = (fake_path / "args").read_text().split()
+    assert args[args.index("--target-processes") + 1] == "application-only"
+    assert args[args.index("--page") + 1] == "raw" and "--csv" in args and "-o" not in args
+
+
+def test_the_profiler_says_why_ncu_left_no_kernels(fake_path: Path) -> None:
+    _fake_ncu(fake_path, """
+log=""; prev=""
+for a in "$@"; do [ "$prev" = "--log-file" ] && log="$a"; prev="$a"; done
+echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters" > "$log"
+exit 1""")
+    kernels, notes = _profile_with_fake_ncu(fake_path, {})
+    assert kernels == [] and len(notes) == 1 and "NVreg_RestrictProfilingToAdminUsers=0" in notes[0]
