@@ -156,7 +156,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "corpus_profile.json").write_text(json.dumps(rows, indent=2) + "\n")
-    print("\n| kernel | ms | % of roofline | roofline class | ncu SOL compute / memory % | Stage 1 | findings | profiling s | of which ncu child (its import) |")
+    print("\n| kernel | ms | % of roofline | roofline class | ncu SOL compute / memory % | Stage 1 | findings | profiling s | of which ncu child (its import; the import without ncu) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["status"] != "PASSED":
