@@ -111,11 +111,42 @@ def _definition(c: Case) -> Definition:
     )  # fmt: skip
 
 
+def ncu_import(module: str) -> None:
+    """Where a package's import time goes inside an ncu child, against the same import without ncu:
+    `python -X importtime` in both, the CUDA context created first as the harness does."""
+    import re
+    import subprocess
+    import sys
+
+    from kernelpro.runner.profile.ncu import find_ncu
+
+    code = f"import time, torch; torch.zeros(1, device='cuda'); t = time.perf_counter(); import {module}; " \
+           "print(f'IMPORT {time.perf_counter() - t:.2f}')"  # fmt: skip
+    ncu = find_ncu()
+    runs = {"without ncu": [], "with ncu": [ncu, "--profile-from-start", "off", "--target-processes", "application-only"]}
+    for label, wrapper in runs.items():
+        if label == "with ncu" and ncu is None:
+            print("ncu not found")
+            continue
+        t0 = time.perf_counter()
+        p = subprocess.run([*wrapper, sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
+        took = re.search(r"IMPORT ([0-9.]+)", p.stdout)
+        print(f"{label}: import {took.group(1) if took else '?'} s, process {time.perf_counter() - t0:.1f} s")
+        rows = [(int(m.group(2)), m.group(3).strip()) for m in re.finditer(r"import time:\s+(\d+) \|\s+(\d+) \|(.*)", p.stderr)]
+        for us, name in sorted(rows, reverse=True)[:12]:
+            print(f"    {us / 1e6:7.2f} s cumulative  {name}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="benchmark-out")
     p.add_argument("--only", help="comma-separated parts of kernel names: profile only those")
+    p.add_argument("--ncu-import", metavar="MODULE", help="instead: time importing MODULE after CUDA is up, "
+                   "with and without ncu around the process, and list what ncu slows down most")
     args = p.parse_args()
+    if args.ncu_import:
+        ncu_import(args.ncu_import)
+        return
     es = EvalSettings(device="cuda", trials=2, timeout_s=300, timeline=True)  # the timeline as the loop takes it
     rows = []
     for c in CASES:
