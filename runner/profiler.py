@@ -7,10 +7,12 @@ not permitted, no cuobjdump) becomes a note in the Profile, and the loop goes on
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -90,7 +92,26 @@ def _child_stages(stages: dict[str, float], name: str, seconds: float, result: A
             stages[f"{name}.{key}"] = float(value)
 
 
-def _sass(cache: Path, kernels: Sequence[KernelProfile]) -> tuple[SassStats | None, list[str]]:
+def _disassemble_all(cache: Path, into: dict[Path, str]) -> None:
+    """Every cubin the candidate's evaluation left, disassembled while its ncu child runs (which
+    cubins ran is known only after it); a failure here is met again, and reported, in _sass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .profile.sass import SassError, disassemble, find_cuobjdump, triton_cubins
+
+    tool, cubins = find_cuobjdump(), triton_cubins(cache)
+    if tool is None or not cubins:
+        return
+
+    def one(c: Path) -> None:
+        with contextlib.suppress(SassError):
+            into[c] = disassemble(c, tool)
+
+    with ThreadPoolExecutor(max_workers=min(8, len(cubins))) as pool:
+        list(pool.map(one, cubins))
+
+
+def _sass(cache: Path, kernels: Sequence[KernelProfile], ready: Mapping[Path, str]) -> tuple[SassStats | None, list[str]]:
     from .profile.sass import SassError, disassemble, find_cuobjdump, launched_cubins, parse_sass
 
     cubins = launched_cubins(cache, [(k.name, k.block[0] * k.block[1] * k.block[2]) for k in kernels])
@@ -100,7 +121,7 @@ def _sass(cache: Path, kernels: Sequence[KernelProfile]) -> tuple[SassStats | No
     if tool is None:
         return None, ["cuobjdump not found: no SASS analysis"]
     try:
-        return parse_sass("\n".join(disassemble(c, tool) for c in cubins)), []
+        return parse_sass("\n".join(ready[c] if c in ready else disassemble(c, tool) for c in cubins)), []
     except SassError as e:
         return None, [f"SASS analysis failed: {e}"]
 
@@ -138,6 +159,10 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
         cache = Path(tmp) / "triton-cache"  # fresh, so every cubin in it is this candidate's
         if triton_cache is not None and triton_cache.is_dir():
             shutil.copytree(triton_cache, cache)
+        ready: dict[Path, str] = {}
+        early = threading.Thread(target=_disassemble_all, args=(cache, ready), daemon=True)
+        if ps.sass:
+            early.start()
         if ps.ncu:
             kernels, n = _ncu(definition, solution, workload, es, ps, cache, stages)
             notes += n
@@ -146,7 +171,8 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
             notes += n
         if ps.sass:
             t1 = time.perf_counter()
-            sass, n = _sass(cache, kernels)
+            early.join()
+            sass, n = _sass(cache, kernels, ready)
             stages["sass"] = time.perf_counter() - t1
             notes += n
     rounded = tuple((k, round(v, 2)) for k, v in stages.items())

@@ -278,3 +278,24 @@ def test_only_the_cubins_of_the_kernels_that_ran_are_disassembled(tmp_path: Path
     # ncu missing (no launches) or a name no cubin has: every cubin, as before.
     assert sorted(launched_cubins(tmp_path, [])) == sorted([w4, w8, other])
     assert sorted(launched_cubins(tmp_path, [("cutlass_gemm", 128)])) == sorted([w4, w8, other])
+
+
+def test_the_profiler_disassembles_early_and_keeps_only_the_launched_config(built: dict[str, Path], tmp_path: Path) -> None:
+    """Every cubin is disassembled while the ncu child runs; the SASS judged is the launched one's."""
+    import shutil
+
+    from kernelpro.runner.profile import KernelProfile
+    from kernelpro.runner.profiler import _disassemble_all, _sass
+
+    for folder, name in (("A", "float4_loads"), ("B", "spill_local")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(built[name], tmp_path / folder / "_k.cubin")
+        warps = 4 if name == "float4_loads" else 8  # two configs of one autotuned kernel
+        (tmp_path / folder / "_k.json").write_text(json.dumps({"name": "_k", "num_warps": warps}))
+    ready: dict[Path, str] = {}
+    _disassemble_all(tmp_path, ready)
+    assert len(ready) == 2 and all("code for sm_90a" in text for text in ready.values())
+    launched = KernelProfile("_k", {}, block=(128, 1, 1))
+    sass, notes = _sass(tmp_path, [launched], ready)
+    assert notes == [] and sass is not None
+    assert sass.global_load_bits.get(128, 0) >= 2 and sass.count("STL") == 0  # not the spilling config
