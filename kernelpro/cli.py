@@ -70,7 +70,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"{args.workloads} holds no workloads")
     device = settings.resolved_device()
     es = EvalSettings(device=device, timeout_s=args.timeout, trials=args.trials, time_reference=True,
-                      float64_reference=args.float64_reference)
+                      float64_reference=args.float64_reference, cuda_graphs=args.cuda_graphs)
     outcome = evaluate(definition, solution, workloads, Tolerance(args.atol, args.rtol), es)
     lines = traces(definition, solution, workloads, outcome)
     append_jsonl(args.out, [t.to_json() for t in lines])
@@ -115,7 +115,7 @@ def _print_snippet(kernels: list[Any], snippet: Any) -> None:
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
                  tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None,
-                 energy: str | None = None) -> int:  # fmt: skip
+                 energy: str | None = None, cuda_graphs: bool = False) -> int:  # fmt: skip
     from kernelpro.runner.programmers import load as load_programmer
     from kernelpro.runner.search import get_strategy
 
@@ -132,7 +132,8 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
     with _gpu_pool(settings, device) as pool:
         return _run_targets(repo, base, head, out, settings, kernel=kernel, budget=budget, programmer=programmer,
                             search=search, feedback=feedback, tool_mode=tool_mode, memory=memory, device=device,
-                            pool=pool, candidates=candidates, extractor=extractor, energy=energy)  # fmt: skip
+                            pool=pool, candidates=candidates, extractor=extractor, energy=energy,
+                            cuda_graphs=cuda_graphs)  # fmt: skip
 
 
 def _gpu_pool(settings: Settings, device: str) -> Any:
@@ -152,7 +153,7 @@ def _gpu_pool(settings: Settings, device: str) -> Any:
 def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer: Any, search: str, feedback: str, tool_mode: str, memory: bool,
                  device: str, pool: Any, candidates: int | None, extractor: Any,
-                 energy: str | None) -> int:  # fmt: skip
+                 energy: str | None, cuda_graphs: bool = False) -> int:  # fmt: skip
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
@@ -213,7 +214,8 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
                     base_solution = target.solution(co.base, name=f"{target.name}-base-branch")
                 except (OSError, ValueError):
                     base_solution = None
-            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device), feedback=feedback,
+            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device, cuda_graphs=cuda_graphs),
+                             feedback=feedback,
                              tool_mode=tool_mode, extra_tools=extra_tools, memory=memory,
                              per_step=candidates or RunSettings.per_step, energy=energy_mode)  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
@@ -249,7 +251,7 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
                         budget=args.budget, programmer_name=args.programmer, search=args.search,
                         feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
-                        candidates=args.candidates, energy=args.energy)  # fmt: skip
+                        candidates=args.candidates, energy=args.energy, cuda_graphs=args.cuda_graphs)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -371,6 +373,10 @@ def _action(mode: str) -> Any:
     return run
 
 
+GRAPHS_HELP = ("time each call as a CUDA graph replay: the GPU time without the host's launch overhead (a "
+               "candidate that cannot be captured is timed call by call, and its timing says why)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kernelpro.runner.programmers import REGISTRY
     from kernelpro.runner.search import STRATEGIES
@@ -394,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--trials", type=int, default=5, help="fresh seeded input sets per workload (default 5)")
     e.add_argument("--float64-reference", action="store_true",
                    help="also run the reference in float64; accept TF32-style differences by KernelOPT's ratio")
+    e.add_argument("--cuda-graphs", action="store_true", help=GRAPHS_HELP)
     e.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: per dtype)")
     e.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: per dtype)")
     e.set_defaults(fn=cmd_evaluate)
@@ -421,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="energy per call: off, passive (NVML measures the baseline and the winner; the search is "
                         "unchanged) or active (also prefer the cheaper of equally fast kernels); default: the "
                         "configuration's `energy:`, else off")  # fmt: skip
+    o.add_argument("--cuda-graphs", action="store_true", help=GRAPHS_HELP)
     o.set_defaults(fn=cmd_optimize)
 
     tl = sub.add_parser("tools", help="the micro-profiling tools")

@@ -55,10 +55,16 @@ class Timing:
     """Standard deviation."""
     n: int
     """Timed calls."""
+    mode: str = "events"
+    """'events' (CUDA events around each call), 'cuda_graph' (around each replay of the call captured
+    as a graph: no host launch overhead), 'events (CUDA graph capture failed: why)', or 'cpu'."""
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Timing:
-        return Timing(float(d["median_ms"]), float(d["p10_ms"]), float(d["p90_ms"]), float(d["std_ms"]), int(d["n"]))
+        mode = d.get("mode", "events")
+        # Written by the candidate's process: a label for the report, kept only in a known shape.
+        mode = mode[:240] if isinstance(mode, str) and mode.startswith(("events", "cuda_graph", "cpu")) else "events"
+        return Timing(float(d["median_ms"]), float(d["p10_ms"]), float(d["p90_ms"]), float(d["std_ms"]), int(d["n"]), mode)
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,9 @@ class EvalSettings:
     """Triton cache shared by candidates."""
     timeline: bool = False
     """After timing, record the launch timeline of the largest workload (GPU only)."""
+    cuda_graphs: bool = False
+    """Time each call as a CUDA graph replay (GPU time without the host's launch overhead); a
+    candidate that cannot be captured is timed call by call, and its timing says why."""
     judge_during: bool = True
     """Judge each saved output while the child goes on (never while it times), not all after it."""
     float64_reference: bool = False
@@ -190,7 +199,7 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
             "rtol": {d: tolerance.for_dtype(d)[1] for d in dtypes},
         },
         "timing": {"warmup": s.warmup, "reps": s.reps, "reps_max": s.reps_max, "target_ms": s.target_ms,
-                   "reps_cpu": s.reps_cpu, "rotate": s.rotate},  # fmt: skip
+                   "reps_cpu": s.reps_cpu, "rotate": s.rotate, "graphs": s.cuda_graphs},  # fmt: skip
         "time_reference": s.time_reference,
         "timeline": s.timeline,
         "float64_reference": s.float64_reference,

@@ -412,8 +412,8 @@ def _refill(buffers: list[Any], fresh: list[Any]) -> None:
 
 
 def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], device: str, dps: bool,
-          checks: tuple[Path, int, list[str]] | None) -> dict[str, float]:  # fmt: skip
-    """Median of per-call times. Inputs rotate among buffer sets re-randomised in place before every
+          checks: tuple[Path, int, list[str]] | None) -> dict[str, Any]:  # fmt: skip
+    """Median of per-call times (each call, or with ``timing.graphs`` each CUDA graph replay of it). Inputs rotate among buffer sets re-randomised in place before every
     call (same pointers, new values); the last call on each set uses a check seed and its outputs
     are saved for the parent to verify. On the GPU the L2 is flushed before every call and times
     come from CUDA events captured before the candidate was imported."""
@@ -435,6 +435,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             folder, wi, names = checks
             names.append(_save(got, folder / f"w{wi}_c{j}.pt"))
 
+    mode = "events" if device == "cuda" else "cpu"
     with torch.no_grad():
         for i in range(t["warmup"]):
             inputs, outputs = sets[i % n_sets]
@@ -455,11 +456,19 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             reps = max(n_sets, int(min(t["reps_max"], max(t["reps"], t["target_ms"] / est))))
             pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)]
             kept: list[tuple[int | None, list[Any]]] = []
+            graphs = _capture(fn, sets, dps) if t.get("graphs") else None
+            if t.get("graphs"):
+                mode = "cuda_graph" if not isinstance(graphs, str) else f"events (CUDA graph capture failed: {graphs})"
             for i, (s, e) in enumerate(pairs):
                 inputs, outputs, j = prepare(i, reps)
                 flush.zero_()
                 _record(s)
-                got = _call(fn, inputs, outputs, dps)
+                if isinstance(graphs, list):
+                    # Refilled in place above: the graph reads the new values through the same pointers.
+                    graphs[i % n_sets][0].replay()
+                    got = graphs[i % n_sets][1]
+                else:
+                    got = _call(fn, inputs, outputs, dps)
                 _record(e)
                 if j is not None:
                     kept.append((j, _snapshot(got)))
@@ -478,7 +487,38 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
                 snap = _snapshot(got)
                 _check_primitives()
                 keep(j, tuple(snap))
-    return _summary(samples)
+    return {**_summary(samples), "mode": mode}
+
+
+def _capture(fn: Callable[..., Any], sets: Sequence[tuple[list[Any], list[torch.Tensor]]],
+             dps: bool) -> list[tuple[Any, tuple[Any, ...]]] | str:  # fmt: skip
+    """One CUDA graph per buffer set (a call on that set's pointers) and the outputs it writes, or
+    why the candidate could not be captured (it synchronises, copies to the host, uses a side
+    stream, ...). Replays leave out the host's launch overhead: the GPU time of the call alone."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on a side stream, as capture asks
+            for inputs, outputs in sets:
+                _call(fn, inputs, outputs, dps)
+        torch.cuda.current_stream().wait_stream(side)
+        captured = []
+        for inputs, outputs in sets:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                got = _call(fn, inputs, outputs, dps)
+            captured.append((g, got))
+        _synchronize()
+        _check_primitives()
+        return captured
+    except CandidateError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to capture: time it call by call
+        try:
+            _synchronize()
+        except Exception:  # noqa: BLE001, S110 - the eager calls that follow will say if the GPU is unusable
+            pass
+        return f"{type(e).__name__}: {e}".splitlines()[0][:200]
 
 
 # --------------------------------------------------------------------------- main

@@ -81,7 +81,8 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "candidates_per_expansion": settings.per_step,
         # The ablation switches as they would be typed, so a reader can rerun the same configuration.
         "flags": [f"--search {settings.search}", f"--feedback {settings.feedback}", f"--tools {settings.tool_mode}",
-                  f"--memory {'on' if settings.memory else 'off'}", f"--candidates {settings.per_step}"],
+                  f"--memory {'on' if settings.memory else 'off'}", f"--candidates {settings.per_step}",
+                  *(["--cuda-graphs"] if settings.evaluation.cuda_graphs else [])],
         "memory": list(result.memory),
         "stage1": _stage1(result),
         "baseline_analysis": _analysis(result, result.baseline.candidate.key),

@@ -113,6 +113,19 @@ def test_an_honest_candidates_outputs_are_judged_while_it_runs(tmp_path: Path) -
     assert outcome.phases["judge_during"] > 0 and "judge" in outcome.phases
 
 
+def test_the_timing_mode_is_recorded_and_only_in_a_known_shape(tmp_path: Path) -> None:
+    from kernelpro.runner.evaluator import Timing
+
+    outcome = evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), settings(tmp_path, cuda_graphs=True))
+    assert outcome.passed and {r.timing.mode for r in outcome.results if r.timing} == {"cpu"}  # graphs are CUDA's
+    row = {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0, "std_ms": 0.0, "n": 3}
+    assert Timing.from_json(row).mode == "events"
+    assert Timing.from_json({**row, "mode": "cuda_graph"}).mode == "cuda_graph"
+    assert Timing.from_json({**row, "mode": "events (CUDA graph capture failed: x)"}).mode.startswith("events (")
+    assert Timing.from_json({**row, "mode": "<script>"}).mode == "events"  # the child's words, never shown raw
+    assert Timing.from_json({**row, "mode": ["cuda_graph"]}).mode == "events"
+
+
 def test_nothing_is_judged_while_the_child_times(tmp_path: Path) -> None:
     from kernelpro.runner.evaluator import _follow
 

@@ -558,6 +558,33 @@ def run(a, b):
 """
 
 
+def test_cuda_graph_timing_on_the_gpu(tmp_path):
+    """--cuda-graphs: each timed call a graph replay, the same verdicts; a candidate that cannot be
+    captured (it synchronises the device inside the call) is timed call by call and says why."""
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
+    w = [Workload.make(d, {"M": 4096})]
+
+    def sol(name, source):
+        return Solution(name, d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
+                        destination_passing_style=False), (SourceFile("kernels/swiglu.py", source),))  # fmt: skip
+
+    events = evaluate(d, sol("ev", src), w, Tolerance(), EvalSettings(device="cuda"))
+    graph = evaluate(d, sol("gr", src), w, Tolerance(), EvalSettings(device="cuda", cuda_graphs=True))
+    assert events.passed and graph.passed, (events.log, graph.log)
+    te, tg = events.results[0].timing, graph.results[0].timing
+    assert te.mode == "events" and tg.mode == "cuda_graph", (te, tg)
+    assert 0.8 < tg.median_ms / te.median_ms < 1.05, (te, tg)  # one kernel per call: about the same GPU time
+    syncing = src.replace("    return out", "    torch.cuda.synchronize()\n    return out")
+    assert syncing != src
+    s = evaluate(d, sol("sync", syncing), w, Tolerance(), EvalSettings(device="cuda", cuda_graphs=True))
+    assert s.passed and s.results[0].timing.mode.startswith("events (CUDA graph capture failed"), s.results[0].timing
+
+
 def test_side_stream_work_is_not_rewarded(tmp_path):
     outcome = _judge_gpu(tmp_path, "side-stream", SIDE_STREAM)
     assert outcome.status == "INCORRECT_NUMERICAL", outcome.log[-800:]
