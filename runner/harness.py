@@ -23,6 +23,7 @@ Result:  {environment, build{status, log, seconds}, phases, workloads:[{uuid, st
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -514,10 +515,8 @@ def _capture(fn: Callable[..., Any], sets: Sequence[tuple[list[Any], list[torch.
     except CandidateError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure to capture: time it call by call
-        try:
+        with contextlib.suppress(Exception):  # the eager calls that follow say if the GPU is unusable
             _synchronize()
-        except Exception:  # noqa: BLE001, S110 - the eager calls that follow will say if the GPU is unusable
-            pass
         return f"{type(e).__name__}: {e}".splitlines()[0][:200]
 
 
