@@ -174,6 +174,8 @@ class Winner:
     """Per-workload timings of the gate."""
     correctness: tuple[Correctness, ...]
     """Per-workload correctness evidence of the gate."""
+    memcheck: str = ""
+    """compute-sanitizer memcheck of the winner: 'clean', 'not run' (no tool on the runner), '' off the GPU."""
 
 
 @dataclass(frozen=True)
@@ -541,7 +543,18 @@ def _winner(r: _Reader, v: Any, where: str) -> Winner:
             _correctness(r, x, f"{where}.correctness[{i}]")
             for i, x in enumerate(r.lst(o.get("correctness", []), f"{where}.correctness", 1000))
         ),  # fmt: skip
+        memcheck=_memcheck(r, o.get("memcheck"), f"{where}.memcheck"),
     )
+
+
+def _memcheck(r: _Reader, v: Any, where: str) -> str:
+    """A winner's memcheck: clean, or not run; anything else could not have passed the gate."""
+    if v is None:
+        return ""
+    status = r.name(r.get(r.obj(v, where), "status", where), f"{where}.status")
+    if status not in ("clean", "not run"):
+        raise r.fail(f"{where}.status", f"{status!r}: a winner's memcheck is 'clean' or 'not run'")
+    return status
 
 
 def _finding(r: _Reader, v: Any, where: str) -> Finding:

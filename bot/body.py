@@ -164,7 +164,13 @@ def _gate_text(w: Winner) -> str:
     trials_s = "/".join(str(n) for n in trials) if trials else "n/a"
     return (f"passed the final gate: at least {_x(w.gamma)} faster than the PR's kernel on every one of "
             f"{len(w.workloads)} workload(s), re-measured side by side (gamma = {w.gamma:g}), and correct on "
-            f"{trials_s} fresh seeded input set(s) per workload")  # fmt: skip
+            f"{trials_s} fresh seeded input set(s) per workload{_MEMCHECK.get(w.memcheck, '')}")  # fmt: skip
+
+
+_MEMCHECK = {
+    "clean": "; compute-sanitizer memcheck found no memory errors",
+    "not run": "; compute-sanitizer memcheck was not run (not found on the runner)",
+}
 
 
 def _base_branch(t: TargetResults) -> str:

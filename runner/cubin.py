@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .toolkit import find_tool
+
 __all__ = [
     "DEFAULT_FLAGS",
     "Build",
@@ -84,13 +86,7 @@ class Build:
 
 def find_nvcc() -> str | None:
     """nvcc on PATH, else under $CUDA_HOME / $CUDA_PATH / /usr/local/cuda."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return str(Path(home) / "bin" / "nvcc")
-    return None
+    return find_tool("nvcc")
 
 
 @functools.lru_cache(maxsize=8)

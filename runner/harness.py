@@ -599,6 +599,16 @@ def _profile(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dic
     return {"profiled": req["workloads"][0]["uuid"], "warmup_s": t1 - t0, "profiled_s": _perf_counter() - t1}
 
 
+def _memcheck(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """One call per workload on fresh inputs, under compute-sanitizer memcheck (started around this
+    process): every out-of-bounds or misaligned access of the candidate's kernels is reported."""
+    with torch.no_grad():
+        for w in req["workloads"]:
+            _one_call(fn, {**req, "workloads": [w]}, device)()
+            _sync(device)
+    return {"calls": len(req["workloads"])}
+
+
 def _timeline(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
     from kernelpro.runner.profile.timeline import record
 
@@ -632,9 +642,9 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     except CandidateError as e:
         result["build"] = {"status": e.status, "log": e.log, "seconds": _perf_counter() - t0}
         return result
-    if mode in ("profile", "timeline"):
+    if mode in ("profile", "timeline", "memcheck"):
         try:
-            result[mode] = (_profile if mode == "profile" else _timeline)(fn, req, device)
+            result[mode] = {"profile": _profile, "timeline": _timeline, "memcheck": _memcheck}[mode](fn, req, device)
         except BaseException:
             result[mode] = {"error": _tail(traceback.format_exc())}
         return result

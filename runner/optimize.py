@@ -59,6 +59,8 @@ class RunSettings:
     """Fresh seeded input sets per workload in the final gate."""
     gate_top: int = 3
     """How many of the best candidates the gate tries, in rank order."""
+    memcheck: bool = True
+    """On the GPU, the gate also runs each candidate that passed it so far under compute-sanitizer memcheck."""
     evaluation: EvalSettings = field(default_factory=EvalSettings)
     """Evaluator settings for search evaluations."""
     feedback: str = "tools"
@@ -97,6 +99,8 @@ class GateResult:
     """Why it failed, or 'passed'."""
     correctness: tuple[dict[str, Any], ...] = ()
     """Per workload: max errors, trials, seeds."""
+    memcheck: Mapping[str, Any] | None = None
+    """compute-sanitizer memcheck of the candidate (runner.memcheck.Memcheck.to_json); None off the GPU."""
 
 
 @dataclass(frozen=True)
@@ -189,12 +193,22 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
     speed = math.exp(sum(logs) / len(logs))
     reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"
+    mc = None
+    if ok and es.device == "cuda" and s.memcheck:  # the slowest check, for a candidate that passed the rest
+        from .memcheck import memcheck
+
+        run = memcheck if schedule is None else lambda *a: schedule.home(memcheck, *a)
+        mc = run(target.definition, cand.solution, workloads, replace(es, cache_dir=None), None)
+        if mc.blocks:
+            ok, reason = False, (f"compute-sanitizer memcheck found {mc.errors} error(s): {mc.detail[:300]}"
+                                 if mc.status == "errors" else
+                                 f"compute-sanitizer memcheck did not finish cleanly ({mc.detail[:300]}): refused")  # fmt: skip
     # Faster than physics allows means the measurement or the check was fooled: never publish it.
     impossible = [w.uuid for w, r in zip(workloads, rows, strict=True)
                   if floors and floors.get(w.uuid) and float(r["candidate_ms"]) < 0.9 * floors[w.uuid]]  # fmt: skip
     if impossible:
         ok, reason = False, f"faster than the roofline allows on {', '.join(impossible)}: flagged, not published"
-    return GateResult(cand, ok, speed, tuple(rows), reason, correctness)
+    return GateResult(cand, ok, speed, tuple(rows), reason, correctness, None if mc is None else mc.to_json())
 
 
 def _spreads(outcome: Outcome) -> list[float]:

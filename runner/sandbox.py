@@ -151,18 +151,18 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
               privileged: bool = False, memory_limit_mb: int = 0,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
-              during: Callable[[Path], None] | None = None) -> ChildResult:  # fmt: skip
+              during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
-    child runs (what it raises is its own business). ``memory_limit_mb`` caps the resident memory of the child's whole
+    child runs (what it raises is its own business); ``variables`` are added to its environment. ``memory_limit_mb`` caps the resident memory of the child's whole
     process group, watched from here (the child's own RLIMIT_DATA is set by the harness)."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     sandbox = {"network": network, "parent": protect_parent()}
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
-        extra = child_variables(work, device, cache_dir)
+        extra = {**child_variables(work, device, cache_dir), **(variables or {})}
         cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         t0, wall0 = time.perf_counter(), time.time()

@@ -585,6 +585,43 @@ def test_cuda_graph_timing_on_the_gpu(tmp_path):
     assert s.passed and s.results[0].timing.mode.startswith("events (CUDA graph capture failed"), s.results[0].timing
 
 
+def test_memcheck_refuses_an_out_of_bounds_read_in_the_gate(tmp_path):
+    """A kernel that reads one element past its input gives the right outputs (the value is masked
+    out of the store) and is faster: only compute-sanitizer memcheck sees it, and the gate refuses."""
+    from kernelpro.runner.candidate import Candidate
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.memcheck import memcheck
+    from kernelpro.runner.optimize import RunSettings, _gate
+    from kernelpro.runner.target import Target
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    entry = "kernels/swiglu.py"
+    slow = (DEMO / "commit2" / entry).read_text()
+    fast = slow.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = 1024")
+    oob = fast.replace("a = tl.load(a_ptr + offsets, mask=mask)", "a = tl.load(a_ptr + offsets, mask=offsets <= n_elements)")
+    assert slow != fast != oob
+
+    def sol(name, source):
+        return Solution(name, d.name, "t", BuildSpec("triton", ("cuda",), f"{entry}::swiglu", destination_passing_style=False),
+                        (SourceFile(entry, source),))  # fmt: skip
+
+    # 4097 rows: not a multiple of the caching allocator's 2 MB segments, so the stray read stays
+    # mapped (no fault) in ordinary runs; memcheck runs without the caching allocator and sees it.
+    w = (Workload.make(d, {"M": 4097}),)
+    es = EvalSettings(device="cuda")
+    assert memcheck(d, sol("fast", fast), w, es, None).status == "clean"
+    m = memcheck(d, sol("oob", oob), w, es, None)
+    assert m.status == "errors" and "Invalid __global__ read" in m.detail, m
+    target = Target("swiglu", "triton", (entry,), f"{entry}::swiglu", d, w)
+    g = _gate(target, Candidate(sol("base", slow), None, "init", "baseline"), Candidate(sol("oob", oob), None, "x", "oob"),
+              w, RunSettings(evaluation=es))  # fmt: skip
+    assert not g.passed and "memcheck found" in g.reason and g.speedup > 1.03, g
+    ok = _gate(target, Candidate(sol("base", slow), None, "init", "baseline"), Candidate(sol("fast", fast), None, "x", "fast"),
+               w, RunSettings(evaluation=es))  # fmt: skip
+    assert ok.passed and ok.memcheck == {"status": "clean", "errors": 0, "detail": ""}, ok
+
+
 def test_side_stream_work_is_not_rewarded(tmp_path):
     outcome = _judge_gpu(tmp_path, "side-stream", SIDE_STREAM)
     assert outcome.status == "INCORRECT_NUMERICAL", outcome.log[-800:]

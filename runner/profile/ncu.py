@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from kernelpro.runner.profile import KernelProfile
 
@@ -399,16 +398,9 @@ NCU_MISSING = "ncu not found: install Nsight Compute or set KERNELPRO_NCU; conti
 
 def find_ncu() -> str | None:
     """KERNELPRO_NCU, then PATH, then the CUDA toolkit's usual homes."""
-    env = os.environ.get("KERNELPRO_NCU")
-    if env:
-        return env if Path(env).is_file() else shutil.which(env)
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin" / "ncu").is_file():
-            return str(Path(home) / "bin" / "ncu")
-    return None
+    from kernelpro.runner.toolkit import find_tool
+
+    return find_tool("ncu", "KERNELPRO_NCU")
 
 
 _UNKNOWN_METRIC = re.compile(
