@@ -234,3 +234,31 @@ def test_workload_timing_fields_documented() -> None:
     src = Path(art.__file__).read_text()
     for f in dataclasses.fields(WorkloadTiming):
         assert re.search(rf"    {f.name}: .*\n    \"\"\"", src), f.name
+
+
+def _with_memcheck(tmp_path: Path, memcheck: object) -> Path:
+    d = tmp_path / "r"
+    shutil.copytree(H200, d)
+    for p in d.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    data = json.loads((d / "summary.json").read_text())
+    data["targets"][0]["winner"]["memcheck"] = memcheck
+    (d / "summary.json").write_text(json.dumps(data))
+    return d
+
+
+@pytest.mark.parametrize(("memcheck", "said"), [
+    ({"status": "clean", "errors": 0, "detail": ""}, "compute-sanitizer memcheck found no memory errors"),
+    ({"status": "not run", "errors": 0, "detail": "compute-sanitizer not found"}, "memcheck was not run"),
+    (None, None),  # a CPU run, or results from before memcheck: nothing claimed
+])  # fmt: skip
+def test_the_body_says_what_memcheck_found(tmp_path: Path, memcheck: object, said: str | None) -> None:
+    text = body(load_results(_with_memcheck(tmp_path, memcheck), allowed_files=ALLOWED))
+    assert (said in text) if said else ("memcheck" not in text)
+
+
+def test_a_winner_with_memcheck_errors_is_not_a_winner(tmp_path: Path) -> None:
+    from kernelpro.bot.artifact import ArtifactError
+
+    with pytest.raises(ArtifactError, match="memcheck"):
+        load_results(_with_memcheck(tmp_path, {"status": "errors", "errors": 3, "detail": "x"}), allowed_files=ALLOWED)
