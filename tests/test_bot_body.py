@@ -6,7 +6,9 @@ import dataclasses
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_bot_artifact import ALLOWED, H200, demo_results
@@ -118,21 +120,29 @@ def test_cpu_demo_carries_the_warning(cpu: Results) -> None:
     assert "not GPU timings" in render_job_summary(cpu)
 
 
-def _hostile(gpu: Results, tmp_path: Path) -> Results:
+def _edited(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A writable copy of the recorded H200 results with ``edit`` applied to its first target."""
     d = tmp_path / "r"
     shutil.copytree(H200, d)
     for p in d.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     data = json.loads((d / "summary.json").read_text())
-    t = data["targets"][0]
+    edit(data["targets"][0])
+    (d / "summary.json").write_text(json.dumps(data))
+    return d
+
+
+def _hostile(gpu: Results, tmp_path: Path) -> Results:
+    return load_results(_edited(tmp_path, _hostile_text), allowed_files=ALLOWED)
+
+
+def _hostile_text(t: dict[str, Any]) -> None:
     t["stop_reason"] = "budget\x1b[31m spent\x00\x07\u202e\r\n## injected heading"
     t["baseline_analysis"]["findings"][0]["title"] = (
         "<script>alert(1)</script> @octocat `rm -rf /` | col ```"
     )
     t["winner"]["lineage"] = ["<img src=x onerror=alert(1)> cc @acme/team [x](javascript:alert(1))"]
     t["winner"]["workloads"][0]["axes"] = {"M": "4096</details><b>"}
-    (d / "summary.json").write_text(json.dumps(data))
-    return load_results(d, allowed_files=ALLOWED)
 
 
 def test_hostile_text_is_escaped(gpu: Results, tmp_path: Path) -> None:
@@ -237,14 +247,7 @@ def test_workload_timing_fields_documented() -> None:
 
 
 def _with_memcheck(tmp_path: Path, memcheck: object) -> Path:
-    d = tmp_path / "r"
-    shutil.copytree(H200, d)
-    for p in d.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    data = json.loads((d / "summary.json").read_text())
-    data["targets"][0]["winner"]["memcheck"] = memcheck
-    (d / "summary.json").write_text(json.dumps(data))
-    return d
+    return _edited(tmp_path, lambda t: t["winner"].__setitem__("memcheck", memcheck))
 
 
 @pytest.mark.parametrize(("memcheck", "said"), [
