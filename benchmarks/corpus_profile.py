@@ -113,27 +113,31 @@ def _definition(c: Case) -> Definition:
 
 def ncu_import(module: str) -> None:
     """Where a package's import time goes inside an ncu child, against the same import without ncu:
-    `python -X importtime` in both, the CUDA context created first as the harness does."""
+    `python -X importtime`, with CUDA initialised before the import, and (what the profiling
+    harness does now) after it."""
     import re
     import subprocess
     import sys
 
     from kernelpro.runner.profile.ncu import find_ncu
 
-    code = f"import time, torch; torch.zeros(1, device='cuda'); t = time.perf_counter(); import {module}; " \
-           "print(f'IMPORT {time.perf_counter() - t:.2f}')"  # fmt: skip
+    cuda = "import torch; torch.zeros(1, device='cuda'); "
+    timed = f"t = time.perf_counter(); import {module}; print(f'IMPORT {{time.perf_counter() - t:.2f}}'); "
     ncu = find_ncu()
-    runs = {"without ncu": [], "with ncu": [ncu, "--profile-from-start", "off", "--target-processes", "application-only"]}
-    for label, wrapper in runs.items():
-        if label == "with ncu" and ncu is None:
-            print("ncu not found")
+    wrap = [ncu or "ncu", "--profile-from-start", "off", "--target-processes", "application-only"]
+    runs = {"without ncu, CUDA first": ([], "import time; " + cuda + timed),
+            "with ncu, CUDA first": (wrap, "import time; " + cuda + timed),
+            "with ncu, import first (the harness now)": (wrap, "import time, torch; " + timed + cuda)}  # fmt: skip
+    for label, (wrapper, code) in runs.items():
+        if wrapper and ncu is None:
+            print(f"{label}: ncu not found")
             continue
         t0 = time.perf_counter()
         p = subprocess.run([*wrapper, sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
         took = re.search(r"IMPORT ([0-9.]+)", p.stdout)
         print(f"{label}: import {took.group(1) if took else '?'} s, process {time.perf_counter() - t0:.1f} s")
         rows = [(int(m.group(2)), m.group(3).strip()) for m in re.finditer(r"import time:\s+(\d+) \|\s+(\d+) \|(.*)", p.stderr)]
-        for us, name in sorted(rows, reverse=True)[:12]:
+        for us, name in sorted(rows, reverse=True)[:8]:
             print(f"    {us / 1e6:7.2f} s cumulative  {name}")
 
 

@@ -350,3 +350,21 @@ def test_secrets_in_the_orchestrators_own_environment_stay_there(tmp_path: Path,
         assert re.search(r"proc\d+': 'unreadable: Permission denied", res["log"]), res["log"][-1500:]
     for k, v in SECRETS.items():
         assert k not in res["log"] and v not in res["log"]
+
+
+def test_the_profile_child_imports_the_candidate_before_anything_else(tmp_path: Path) -> None:
+    """In profile mode the build comes first (before CUDA, under ncu); the result still separates
+    start-up from the import, and a candidate that does not import is reported as such."""
+    from kernelpro.runner.evaluator import _request
+    from kernelpro.runner.sandbox import run_child
+
+    slow_import = "import time\ntime.sleep(0.5)\n" + PY_TORCH
+    req = {**_request(SWIGLU, candidate("slow", slow_import), LOADS[:1], Tolerance(), settings(tmp_path)), "mode": "profile"}
+    child = run_child(req, timeout_s=60, device="cpu")
+    assert child.status == "OK" and child.result is not None, child.log
+    assert child.result["build"]["status"] == "OK" and child.result["build"]["seconds"] >= 0.5
+    assert 0 <= child.result["phases"]["startup"] < child.seconds - 0.5  # the import is not start-up
+    assert "error" in child.result["profile"]  # no CUDA here: profiling itself fails, as a value
+    broken = {**req, "solution": candidate("broken", "raise ImportError('no such package')\n").to_json()}
+    child = run_child(broken, timeout_s=60, device="cpu")
+    assert child.status == "OK" and child.result["build"]["status"] != "OK" and "profile" not in child.result
