@@ -1,0 +1,29 @@
+"""benchmarks/h200.sh splits the GPU tier into calls of under 10 minutes: every GPU test must be in
+exactly one of them, or a new test would silently never run on the H200."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _collected(expr: str | None) -> set[str]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", "gpu",
+           str(ROOT / "tests" / "test_gpu.py")]  # fmt: skip
+    p = subprocess.run([*cmd, *(["-k", expr] if expr else [])], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return {line.split("::")[1] for line in p.stdout.splitlines() if "::" in line}
+
+
+def test_the_three_tiers_hold_every_gpu_test_once() -> None:
+    script = (ROOT / "benchmarks" / "h200.sh").read_text()
+    tiers = dict(re.findall(r'\[(tier\d)\]="([^"]+)"', script))
+    assert sorted(tiers) == ["tier1", "tier2", "tier3"]
+    parts = {name: _collected(expr) for name, expr in tiers.items()}
+    everything = _collected(None)
+    assert len(everything) >= 18
+    assert set().union(*parts.values()) == everything, everything - set().union(*parts.values())
+    assert sum(len(p) for p in parts.values()) == len(everything), parts  # none in two tiers
