@@ -49,7 +49,7 @@ def _target(workloads: tuple[Workload, ...]) -> Target:
     return Target("swiglu", "triton", (ENTRY,), f"{ENTRY}::swiglu", definition, workloads)
 
 
-def aa(device: str, gates: int, copies: int, m: int, cache: Path) -> dict[str, Any]:
+def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = False) -> dict[str, Any]:
     base = _target(())
     workloads = tuple(Workload.make(base.definition, {"M": m}, uuid=f"aa-{i}") for i in range(copies))
     target = replace(base, workloads=workloads)
@@ -57,7 +57,7 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path) -> dict[str, A
     a = Candidate(_solution("A", source), None, "init", "baseline")
     b = Candidate(_solution("A-copy", source), None, "init", "the same kernel")
     # One verification trial: this part measures the gate's timing path; (c) measures verification.
-    rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600))
+    rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600, fork_server=fork))
     speedups: list[float] = []
     failures: list[str] = []
     for _ in range(gates):
@@ -71,11 +71,11 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path) -> dict[str, A
             "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}  # fmt: skip
 
 
-def repeat(device: str, runs: int, m: int, cache: Path) -> dict[str, Any]:
+def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False) -> dict[str, Any]:
     target = _target(())
     w = [Workload.make(target.definition, {"M": m}, uuid=f"rep-{m}")]
     sol = _solution("A", (DEMO / "commit2" / ENTRY).read_text())
-    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600)
+    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600, fork_server=fork)
     medians, failures = [], []
     for _ in range(runs):
         o = evaluate(target.definition, sol, w, Tolerance(), es)
@@ -87,13 +87,13 @@ def repeat(device: str, runs: int, m: int, cache: Path) -> dict[str, Any]:
     return {"runs": len(medians), "medians_ms": medians, "spread": spread, "M": m, "failures": failures}
 
 
-def throughput(device: str, runs: int, m: int, tmp: Path) -> dict[str, Any]:
+def throughput(device: str, runs: int, m: int, tmp: Path, fork: bool = False) -> dict[str, Any]:
     target = _target(())
     w = [Workload.make(target.definition, {"M": m}, uuid=f"thr-{m}")]
     source = (DEMO / "commit2" / ENTRY).read_text()
     walls, phases, failures = [], [], []
     for i in range(runs + 1):  # the first pays for the reference child too; it is reported apart
-        es = EvalSettings(device=device, trials=5, cache_dir=tmp / f"cold-cache-{i}", timeout_s=600)
+        es = EvalSettings(device=device, trials=5, cache_dir=tmp / f"cold-cache-{i}", timeout_s=600, fork_server=fork)
         t0 = time.perf_counter()
         o = evaluate(target.definition, _solution(f"thr{i}", source), w, Tolerance(), es)
         walls.append(time.perf_counter() - t0)
@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat-runs", type=int, default=10)
     p.add_argument("--throughput-runs", type=int, default=5)
     p.add_argument("--parts", default="aa,repeat,throughput", help="which of aa, repeat, throughput to run")
+    p.add_argument("--fork-server", action="store_true", help="fork each child from the fork server (EvalSettings.fork_server)")
     args = p.parse_args(argv)
     if args.device == "cuda" and args.tiny:
         p.error("--tiny is the CPU check of this script; on the GPU run the defaults")
@@ -128,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as tmp:
         cache = Path(tmp) / "triton-cache"
-        res: dict[str, Any] = {"device": args.device, "tiny": tiny}
-        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache)),
-                 ("repeat", lambda: repeat(args.device, reps, m_rep, cache)),
-                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp))))  # fmt: skip
+        res: dict[str, Any] = {"device": args.device, "tiny": tiny, "fork_server": args.fork_server}
+        fork = args.fork_server
+        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork)),
+                 ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork)),
+                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork)))  # fmt: skip
         chosen = set(args.parts.split(","))
         if chosen - {"aa", "repeat", "throughput"}:
             p.error(f"--parts: unknown {sorted(chosen - {'aa', 'repeat', 'throughput'})}")

@@ -31,7 +31,7 @@ case "$step" in
   pool) timeout 300 python3 -m pytest -m gpu -p no:cacheprovider -q -rA "$repo/tests/test_gpu.py" -k pool ;;
   tier1|tier2|tier3)
     declare -A tiers=(
-      [tier1]="demo or profiling or graph or memcheck or nvml or side_stream or patched or illegal"
+      [tier1]="demo or profiling or graph or memcheck or nvml or side_stream or patched or illegal or fork"
       [tier2]="cuda_example or cuda_candidate or scalar or extension or launcher or pool or reactive"
       [tier3]="evaluate_statuses or energy_passive or adversarial"
     )
@@ -45,6 +45,7 @@ case "$step" in
     timeout 60 python3 "$repo/benchmarks/corpus_profile.py" --ncu-import liger_kernel.ops.swiglu 2>&1 | tee "$out/ncu_import.log"
     timeout 150 python3 "$repo/benchmarks/corpus_profile.py" --out "$out" --only "liger swiglu,liger dyt,fla softmax" 2>&1 | tee "$out/corpus_profile.log"
     timeout 60 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out" 2>&1 | tee "$out/evaluator.log"
+    timeout 45 python3 "$repo/benchmarks/evaluator.py" --parts throughput --fork-server --out "$out/fork" 2>&1 | tee "$out/evaluator_fork.log"
     timeout 180 python3 "$repo/benchmarks/energy.py" --parts select --out "$out" 2>&1 | tee "$out/energy_select.log" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -151,25 +151,38 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               cache_dir: Path | None = None, wrapper: Sequence[str] = (), isolate: bool = True,
               privileged: bool = False, memory_limit_mb: int = 0,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
-              during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None) -> ChildResult:  # fmt: skip
+              during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None,
+              fork: bool = False) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
-    child runs (what it raises is its own business); ``variables`` are added to its environment. ``memory_limit_mb`` caps the resident memory of the child's whole
-    process group, watched from here (the child's own RLIMIT_DATA is set by the harness)."""
+    child runs (what it raises is its own business); ``variables`` are added to its environment.
+    ``memory_limit_mb`` caps the resident memory of the child's whole process group, watched from
+    here (the child's own RLIMIT_DATA is set by the harness). ``fork``: fork the child from this
+    process's fork server (runner/forkserver.py) where it can be confined as unshare would; without
+    a wrapper only, since a profiler must start the process it profiles."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     sandbox = {"network": network, "parent": protect_parent()}
+    # The fork server confines a child exactly as the most confined user-namespace variant does.
+    forkable = fork and not wrapper and (not prefix or tuple(prefix[1:]) == _VARIANTS_USER[0])
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
         extra = {**child_variables(work, device, cache_dir), **(variables or {})}
         cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
+        server = _fork_server(work, bool(prefix)) if forkable else None
         t0, wall0 = time.perf_counter(), time.time()
-        proc = subprocess.Popen(
-            cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        proc: Any = None
+        if server is not None:
+            with contextlib.suppress(OSError):  # the server died: a fresh interpreter, as without it
+                proc = server.spawn(cmd[-2:], work, scrubbed_env(extra), isolate=bool(prefix))
+                sandbox["spawn"] = "forked from the fork server"
+        if proc is None:
+            proc = subprocess.Popen(
+                cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
         stop = threading.Event()
         follower = threading.Thread(target=_follow, args=(during, work, stop), daemon=True) if during else None
         if follower is not None:
@@ -199,6 +212,12 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         _split_wall(doc, wall0, wall1)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
+
+
+def _fork_server(work: Path, isolate: bool) -> Any:
+    from .forkserver import server
+
+    return server(scrubbed_env({"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}), work, isolate)
 
 
 def _follow(during: Callable[[Path], None], work: Path, stop: threading.Event) -> None:

@@ -639,3 +639,31 @@ def test_illegal_memory_access_ends_only_that_candidate(tmp_path):
     assert crash.status == "RUNTIME_ERROR", crash.log[-800:]
     after = _judge_gpu(tmp_path, "after-oob", PY_TORCH)
     assert after.passed, after.log
+
+
+def test_fork_server_children_on_the_gpu(tmp_path):
+    """Forked from the server (torch imported, CUDA never started there), a child starts CUDA itself:
+    the demo kernel passes with a start-up of a fraction of a second, an illegal memory access ends
+    only that child, and the next forked child runs on a healthy GPU."""
+    from test_adversarial import PY_TORCH
+
+    from kernelpro.runner.evaluator import evaluate
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
+    sol = Solution("forked", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+    w = [Workload.make(d, {"M": 4096})]
+    fresh = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "fresh"))
+    forked = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "forked", fork_server=True))
+    assert fresh.passed and forked.passed, (fresh.log[-800:], forked.log[-800:])
+    assert forked.environment["sandbox"].get("spawn") == "forked from the fork server"
+    assert forked.phases["startup"] < fresh.phases["startup"], (forked.phases, fresh.phases)
+    ratio = forked.results[0].timing.median_ms / fresh.results[0].timing.median_ms
+    assert 0.9 < ratio < 1.1, ratio  # the same kernel, timed the same way
+    crash = _judge_gpu(tmp_path, "oob-forked", OOB, fork_server=True)
+    assert crash.status == "RUNTIME_ERROR", crash.log[-800:]
+    after = _judge_gpu(tmp_path, "after-oob-forked", PY_TORCH, fork_server=True)
+    assert after.passed and after.environment["sandbox"].get("spawn") == "forked from the fork server", after.log
