@@ -186,7 +186,9 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
             [sys.executable, "-c", f"from kernelpro.runner.forkserver import serve; serve({theirs.fileno()})"],
-            pass_fds=(theirs.fileno(),), env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True,
+            # cwd "/": the server's own imports must not pick up a package of the directory it was
+            # started from; each child changes into its work directory, where '' then points.
+            pass_fds=(theirs.fileno(),), env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
         )  # fmt: skip
         theirs.close()
         self._sock = ours
