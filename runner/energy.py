@@ -543,16 +543,8 @@ def _capture(fn: Any, sets: Sequence[tuple[list[Any], list[Any]]], dps: bool) ->
 
     per = GRAPH_ROUNDS * len(sets)
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
-            for k in range(len(sets)):
-                harness._call(fn, *sets[k], dps)
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(g):
-            for k in range(per):
-                harness._call(fn, *sets[k % len(sets)], dps)
+        with torch.no_grad():
+            g, _ = harness.graph_of(fn, [sets[k % len(sets)] for k in range(per)], dps)
         g.replay()
         torch.cuda.synchronize()
         return g, per

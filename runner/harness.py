@@ -464,8 +464,9 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             reps = max(n_sets, int(min(t["reps_max"], max(t["reps"], t["target_ms"] / est))))
             pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)]
             kept: list[tuple[int | None, list[Any]]] = []
-            graphs = _capture(fn, sets, dps) if t.get("graphs") else None
+            graphs = None
             if t.get("graphs"):
+                graphs = _capture(fn, sets, dps)
                 mode = "cuda_graph" if not isinstance(graphs, str) else f"events (CUDA graph capture failed: {graphs})"
             for i, (s, e) in enumerate(pairs):
                 inputs, outputs, j = prepare(i, reps)
@@ -498,24 +499,31 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     return {**_summary(samples), "mode": mode}
 
 
+def graph_of(fn: Callable[..., Any], calls: Sequence[tuple[list[Any], list[Any]]], dps: bool) -> tuple[Any, tuple[Any, ...]]:
+    """``calls`` (inputs, outputs), in order, captured as one CUDA graph after a warm-up of the same
+    calls on a side stream (as capture asks): the graph and what its last call returns. Raises what
+    the capture raised (a candidate that synchronises, copies to the host, ...)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for inputs, outputs in calls:
+            _call(fn, inputs, outputs, dps)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    got: tuple[Any, ...] = ()
+    with torch.cuda.graph(g):
+        for inputs, outputs in calls:
+            got = _call(fn, inputs, outputs, dps)
+    return g, got
+
+
 def _capture(fn: Callable[..., Any], sets: Sequence[tuple[list[Any], list[torch.Tensor]]],
              dps: bool) -> list[tuple[Any, tuple[Any, ...]]] | str:  # fmt: skip
     """One CUDA graph per buffer set (a call on that set's pointers) and the outputs it writes, or
     why the candidate could not be captured (it synchronises, copies to the host, uses a side
     stream, ...). Replays leave out the host's launch overhead: the GPU time of the call alone."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up on a side stream, as capture asks
-            for inputs, outputs in sets:
-                _call(fn, inputs, outputs, dps)
-        torch.cuda.current_stream().wait_stream(side)
-        captured = []
-        for inputs, outputs in sets:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                got = _call(fn, inputs, outputs, dps)
-            captured.append((g, got))
+        captured = [graph_of(fn, [one], dps) for one in sets]
         _synchronize()
         _check_primitives()
         return captured
