@@ -466,19 +466,20 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
     judges: list[_OutputJudge] = []
 
-    def during(work: Path) -> None:
-        t0 = time.perf_counter()
+    def judges_in(work: Path) -> list[_OutputJudge]:  # the work directory is known once the child starts
         if not judges:
             judges.extend(_judges(definition, workloads, req, ref, work))
-        _follow(judges, work)
+        return judges
+
+    def during(work: Path) -> None:
+        t0 = time.perf_counter()
+        _follow(judges_in(work), work)
         judged["judge_during"] += time.perf_counter() - t0
 
     def collect(work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:
         t0 = time.perf_counter()
         try:
-            if not judges:
-                judges.extend(_judges(definition, workloads, req, ref, work))
-            return _judge(workloads, ref, judges, doc, seconds)
+            return _judge(workloads, ref, judges_in(work), doc, seconds)
         finally:
             judged["judge"] = time.perf_counter() - t0
 

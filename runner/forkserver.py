@@ -247,14 +247,6 @@ class ForkServer:
         with self._lock:
             return self._exits.pop(pid, None)
 
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
-        with contextlib.suppress(Exception):
-            self._proc.kill()
-            self._proc.wait(timeout=10)
-
-
     def probe(self, cwd: Path, env: Mapping[str, str], isolate: bool) -> str | None:
         """None if a child can be forked (and confined, with ``isolate``) here; else why not."""
         try:

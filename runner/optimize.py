@@ -162,13 +162,13 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
     # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
     # of the baseline in the shared one (one planted now is undone by taking the faster baseline).
+    home = schedule.home if schedule is not None else lambda fn, *a: fn(*a)  # every gate step on one GPU
     with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
         es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
                      cache_dir=Path(cache))  # fmt: skip
-        ev = evaluate if schedule is None else lambda *a: schedule.home(evaluate, *a)
-        b = ev(target.definition, base.solution, workloads, target.tolerance, es)
-        c = ev(target.definition, cand.solution, workloads, target.tolerance, es)
-        b2 = ev(target.definition, base.solution, workloads, target.tolerance, es)
+        b = home(evaluate, target.definition, base.solution, workloads, target.tolerance, es)
+        c = home(evaluate, target.definition, cand.solution, workloads, target.tolerance, es)
+        b2 = home(evaluate, target.definition, base.solution, workloads, target.tolerance, es)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
@@ -197,8 +197,7 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     if ok and es.device == "cuda" and s.memcheck:  # the slowest check, for a candidate that passed the rest
         from .memcheck import memcheck
 
-        run = memcheck if schedule is None else lambda *a: schedule.home(memcheck, *a)
-        mc = run(target.definition, cand.solution, workloads, replace(es, cache_dir=None), None)
+        mc = home(memcheck, target.definition, cand.solution, workloads, replace(es, cache_dir=None), None)
         if mc.blocks:
             ok, reason = False, (f"compute-sanitizer memcheck found {mc.errors} error(s): {mc.detail[:300]}"
                                  if mc.status == "errors" else
