@@ -459,6 +459,15 @@ class FakeError(Exception):
 # =========================================================================== the server
 
 
+def _serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A loopback HTTP server on a free port, serving on a daemon thread until shutdown()."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    return server
+
+
 class FakeGitHub:
     """The fake GitHub: state, an HTTP server on 127.0.0.1, validation, error injection."""
 
@@ -484,7 +493,6 @@ class FakeGitHub:
         self._user_ids: dict[str, int] = {}
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.base_url = ""
         self._routes: dict[tuple[str, str], Callable[..., Result]] = {
             ("GET", "/repos/{owner}/{repo}"): self._get_repo,
@@ -563,15 +571,8 @@ class FakeGitHub:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        server.block_on_close = False
-        self._server = server
-        self.base_url = f"http://127.0.0.1:{server.server_address[1]}{self.prefix}"
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self._thread.start()
+        self._server = _serve(Handler)
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}{self.prefix}"
         self._start_blob()
         return self
 
@@ -597,14 +598,8 @@ class FakeGitHub:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        blob = ThreadingHTTPServer(("127.0.0.1", 0), Blob)
-        blob.daemon_threads = True
-        blob.block_on_close = False
-        self._blob = blob
-        self.blob_url = f"http://127.0.0.1:{blob.server_address[1]}"
-        threading.Thread(
-            target=blob.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        ).start()
+        self._blob = _serve(Blob)
+        self.blob_url = f"http://127.0.0.1:{self._blob.server_address[1]}"
 
     def stop(self) -> None:
         for server in (self._server, self._blob):

@@ -121,15 +121,23 @@ def test_label_plans_the_changed_kernel(world: World) -> None:
     assert len(world.comments()) == 1
 
 
-def test_changed_kernels_without_harness_are_named_next_to_the_targets(world: World, tmp_path: Path) -> None:
-    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
+def _push_unconfigured_relu(world: World, tmp_path: Path, branch: str) -> str:
+    """A relu kernel that no .kernelpro.yml target names, committed on top of ``branch`` and pushed
+    as the PR's head (branch feature, refs/pull/1/head); its SHA."""
+    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch=branch)
+    (tmp_path / "author" / "kernels").mkdir(exist_ok=True)
     (tmp_path / "author" / "kernels" / "relu.py").write_text(
         "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _relu(x_ptr, n, B: tl.constexpr):\n"
         "    o = tl.program_id(0) * B + tl.arange(0, B)\n    tl.store(x_ptr + o, tl.maximum(tl.load(x_ptr + o), 0))\n")
     author.index.add(["kernels/relu.py"])
-    author.index.commit("and a relu kernel nobody configured")
+    author.index.commit("a relu kernel nobody configured")
     sha = author.head.commit.hexsha
     author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    return sha
+
+
+def test_changed_kernels_without_harness_are_named_next_to_the_targets(world: World, tmp_path: Path) -> None:
+    sha = _push_unconfigured_relu(world, tmp_path, "feature")
     p = action.plan(world.settings("pull_request", labeled(world, head=sha)), world.checkout, world.fake.client())
     assert p.run and p.targets == ("swiglu",)
     body = _sticky(world)
@@ -241,15 +249,7 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
 
 
 def test_a_kernel_without_harness_gets_a_config_snippet(world: World, tmp_path: Path) -> None:
-    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="main")
-    (tmp_path / "author" / "kernels").mkdir(exist_ok=True)
-    (tmp_path / "author" / "kernels" / "relu.py").write_text(
-        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _relu(x_ptr, n, B: tl.constexpr):\n"
-        "    o = tl.program_id(0) * B + tl.arange(0, B)\n    tl.store(x_ptr + o, tl.maximum(tl.load(x_ptr + o), 0))\n")
-    author.index.add(["kernels/relu.py"])
-    author.index.commit("a relu kernel nobody configured")
-    sha = author.head.commit.hexsha
-    author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    sha = _push_unconfigured_relu(world, tmp_path, "main")
     p = action.plan(world.settings("pull_request", labeled(world, head=sha)), world.checkout, world.fake.client())
     assert not p.run and "no configured kernel changed" in p.reason
     (body,) = [b for b in world.comments() if "<!-- kernelpro:progress -->" in b]
