@@ -168,7 +168,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
-        extra = {**child_variables(work, device, cache_dir), **(variables or {})}
+        env = scrubbed_env({**child_variables(work, device, cache_dir), **(variables or {})})
         cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         server = _fork_server(work, bool(prefix)) if forkable else None
@@ -176,11 +176,11 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         proc: Any = None
         if server is not None:
             with contextlib.suppress(OSError):  # the server died: a fresh interpreter, as without it
-                proc = server.spawn(cmd[-2:], work, scrubbed_env(extra), isolate=bool(prefix))
+                proc = server.spawn(cmd[-2:], work, env, isolate=bool(prefix))
                 sandbox["spawn"] = "forked from the fork server"
         if proc is None:
             proc = subprocess.Popen(
-                cmd, cwd=work, env=scrubbed_env(extra), stdin=subprocess.DEVNULL,
+                cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         stop = threading.Event()
