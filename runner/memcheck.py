@@ -52,7 +52,7 @@ def find_sanitizer() -> str | None:
 
 def _first_errors(log: str, limit: int = 1200) -> str:
     lines = [ln.removeprefix("========= ").strip() for ln in log.splitlines() if ln.startswith("=========")]
-    keep = [ln for ln in lines if ln and not ln.startswith(("COMPUTE-SANITIZER", "Saved host backtrace"))]
+    keep = [ln for ln in lines if ln and not ln.startswith(("COMPUTE-SANITIZER", "Saved host backtrace", "Host Frame"))]
     return "\n".join(keep)[:limit]
 
 
@@ -63,7 +63,7 @@ def memcheck(definition: Definition, solution: Solution, workloads: Sequence[Wor
         return Memcheck("not run", detail="compute-sanitizer not found (install the CUDA toolkit or set "
                         "KERNELPRO_COMPUTE_SANITIZER)")  # fmt: skip
     wrapper = [tool, "--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), "--target-processes",
-               "application-only", "--print-limit", "10"]  # fmt: skip
+               "application-only", "--print-limit", "10", "--show-backtrace", "device"]  # fmt: skip
     req = {**_request(definition, solution, workloads, Tolerance(), es), "mode": "memcheck"}
     # Without torch's caching allocator every tensor is an allocation of its own, so a read just past
     # a tensor's end is outside any allocation memcheck knows of (inside a cached segment it is not).
