@@ -48,6 +48,17 @@ def test_errors_fail_the_candidate_with_memchecks_own_words(tmp_path: Path, monk
     args = (tmp_path / "args").read_text().split()
     assert args[:4] == ["--tool", "memcheck", "--error-exitcode", "99"]
     assert args[args.index("--target-processes") + 1] == "application-only"
+    # Host backtraces (dozens of frames per error on the H200) pushed the first error out of the
+    # log's kept tail: only device frames are asked for, and any host frame is dropped anyway.
+    assert args[args.index("--show-backtrace") + 1] == "device"
+
+
+def test_host_frames_never_crowd_out_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lines as the H200 printed them (benchmarks/results-h200-gpu-tier1-session4.log).
+    frames = "\n".join(f"=========         Host Frame: _PyEval_EvalFrameDefault [0x{i:x}] in python3" for i in range(12))
+    _fake(tmp_path, monkeypatch, f"cat <<'EOF'\n{ERRORS.replace('========= ERROR', frames + chr(10) + '========= ERROR')}\nEOF\nexit 99")
+    m = _run(tmp_path)
+    assert m.status == "errors" and m.detail.startswith("Invalid __global__ read") and "Host Frame" not in m.detail
 
 
 def test_a_clean_run_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
