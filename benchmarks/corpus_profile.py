@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kernelpro.runner.evaluator import EvalSettings, evaluate
 from kernelpro.runner.profile import Timeline
-from kernelpro.runner.profiler import profile_candidate
+from kernelpro.runner.profiler import ProfileSettings, profile_candidate, start_standby
 from kernelpro.runner.roofline import analyze_reference, default_ceilings
 from kernelpro.runner.target import Tolerance
 from kernelpro.runner.tools import run_tools
@@ -145,6 +145,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="benchmark-out")
     p.add_argument("--only", help="comma-separated parts of kernel names: profile only those")
+    p.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
+                   help="profile as the loop does, with a standby ncu child started before the evaluation "
+                        "(runner/standby.py); --no-standby: a fresh ncu child only")  # fmt: skip
+    p.add_argument("--cold", action=argparse.BooleanOptionalAction, default=True,
+                   help="also profile once more with a fresh ncu child, to compare")
     p.add_argument("--ncu-import", metavar="MODULE", help="instead: time importing MODULE after CUDA is up, "
                    "with and without ncu around the process, and list what ncu slows down most")
     args = p.parse_args()
@@ -161,13 +166,19 @@ def main() -> None:
                        destination_passing_style=c.dps), (SourceFile("wrapper.py", c.wrapper),))  # fmt: skip
         w = Workload.make(d, {})
         cache = Path(tempfile.mkdtemp(prefix="kp-corpus-cache-"))  # this kernel's Triton cache, as the loop keeps one
+        # As in the loop: the standby starts before the evaluation it overlaps.
+        standby = start_standby(sol, ProfileSettings()) if args.standby else None
         outcome = evaluate(d, sol, [w], Tolerance(), replace(es, cache_dir=cache))
         row: dict[str, object] = {"kernel": c.name, "status": outcome.status}
         if outcome.passed:
             t0 = time.perf_counter()
             tl = outcome.timeline
             timeline = Timeline(**{**tl, "kernels": tuple(tl["kernels"])}) if tl and "error" not in tl else None
-            prof, secs = profile_candidate(d, sol, [w], es, timeline=timeline, triton_cache=cache)
+            prof, secs = profile_candidate(d, sol, [w], es, timeline=timeline, triton_cache=cache, standby=standby)
+            if args.cold and args.standby:
+                cold, cold_secs = profile_candidate(d, sol, [w], es, timeline=timeline, triton_cache=cache)
+                row.update({"cold_profile_s": round(cold_secs, 1), "cold_stages": dict(cold.stages),
+                            "cold_kernels": len(cold.kernels)})  # fmt: skip
             dtypes = [s[1] for s in (*c.inputs.values(), *c.outputs.values())]
             stage1 = analyze_reference(d, [w], flops=c.flops, nbytes=c.nbytes,
                                        ceilings=default_ceilings(str(outcome.environment.get("hardware", "")), dtypes),
@@ -185,23 +196,30 @@ def main() -> None:
                 "eval_import_s": round(outcome.build_seconds, 2), "eval_startup_s": round(outcome.phases.get("startup", 0.0), 2),
             })  # fmt: skip
         else:
+            if standby is not None:
+                standby.close()
             row["log"] = outcome.log[-600:]
         rows.append(row)
         print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "corpus_profile.json").write_text(json.dumps(rows, indent=2) + "\n")
-    print("\n| kernel | ms | % of roofline | roofline class | ncu SOL compute / memory % | Stage 1 | findings | profiling s | of which ncu child (its import; the import without ncu) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| kernel | ms | % of roofline | roofline class | ncu SOL compute / memory % | Stage 1 | findings | profiling s"
+          f"{' (standby up before: s)' if args.standby else ''} | of which ncu child (its import; the import without ncu) | "
+          "fresh ncu child: profiling s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["status"] != "PASSED":
-            print(f"| {r['kernel']} | {r['status']} | | | | | | | |")
+            print(f"| {r['kernel']} | {r['status']} | | | | | | | | |")
             continue
         sol = f"{r['sol_compute_pct'] or 0:.0f} / {r['sol_memory_pct'] or 0:.0f}"
         st: dict = r.get("stages", {})  # type: ignore[assignment]
         findings = ", ".join(r["findings"]) or "none"  # type: ignore[arg-type]
+        up = f" ({st['ncu.standby']:.1f})" if "ncu.standby" in st else ""
         print(f"| {r['kernel']} | {r['ms']:.4f} | {r['pct_of_roofline']:.0f} | {r['theory']} | {sol} | {r['class']} | "
-              f"{findings} | {r['profile_s']} | {st.get('ncu', 0):.1f} ({st.get('ncu.import', 0):.1f}; {r.get('eval_import_s', 0)} without ncu) |")
+              f"{findings} | {r['profile_s']}{up} | "
+              f"{st.get('ncu', 0):.1f} ({st.get('ncu.import', 0):.1f}; {r.get('eval_import_s', 0)} without ncu) | "
+              f"{r.get('cold_profile_s', 'n/a')} |")
 
 
 if __name__ == "__main__":

@@ -192,6 +192,7 @@ def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool
             "choice": e.choice if e else "",
             "proxy_terms": len(e.proxy) if e else 0,
         }  # fmt: skip
+        print(json.dumps({mode: out[mode]}, default=str))  # each mode as it ends: a cut run keeps the first
     return out
 
 

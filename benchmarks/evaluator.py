@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat-runs", type=int, default=10)
     p.add_argument("--throughput-runs", type=int, default=5)
     p.add_argument("--parts", default="aa,repeat,throughput", help="which of aa, repeat, throughput to run")
-    p.add_argument("--fork-server", action="store_true", help="fork each child from the fork server (EvalSettings.fork_server)")
+    p.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
+                   help="fork each child from the fork server (EvalSettings.fork_server, the default); "
+                        "--no-fork-server starts a fresh interpreter per child")  # fmt: skip
     args = p.parse_args(argv)
     if args.device == "cuda" and args.tiny:
         p.error("--tiny is the CPU check of this script; on the GPU run the defaults")

@@ -1,51 +1,75 @@
 #!/usr/bin/env bash
-# The issue-8 benchmarks on the GPU machine (no network), one step per call so each stays well
-# under a 10-minute command limit. Needs the carried wheels of .ci/gpu (.whl/) and, for replays,
-# .corpus/replays/ from benchmarks/fetch_corpus.sh. Tables go to stdout, JSON to $OUT.
-#   bash benchmarks/h200.sh overhead      # ~2 min: per-candidate time by stage, candidates/min/GPU
-#   bash benchmarks/h200.sh replays       # ~5-8 min: the 4 replays x 2 directions, tuner, budget 3;
-#                                         # extra arguments go to replays.py (e.g. --only liger-ce-exp2)
-#   bash benchmarks/h200.sh kernelbench   # ~4 min: 4 KernelBench-format problems at GPU sizes, tuner
-#   bash benchmarks/h200.sh pool          # ~1 min: the GPU pool test (pytest -m gpu -k pool)
-#   bash benchmarks/h200.sh tier1|tier2|tier3  # the GPU test tier (pytest -m gpu) in three calls of
-#                                         # under 10 minutes each; together every test of tests/test_gpu.py
-#   bash benchmarks/h200.sh measure       # ~8 min: the targets of issues 3, 4 and 7 measured again
-#                                         # (CUDA evaluation, profiling on Liger and fla, energy part d,
-#                                         # Triton evaluation throughput); needs .corpus/
+# The GPU work of issues 3-8 on the GPU machine (no network), in steps that each fit well under the
+# 10-minute command limit. Needs the carried wheels of .ci/gpu (.whl/) and, for the corpus steps,
+# .corpus/ (liger, fla wheels and flashinfer's triton folder). Tables go to stdout, JSON under $OUT/STEP.
+#   bash benchmarks/h200.sh STEP [STEP...]      # one after the other, on the visible GPU(s)
+#   bash benchmarks/h200.sh par "A B" "C D"     # two GPUs (nvidia-h200-x2): A then B on GPU 0 while
+#                                               # C then D run on GPU 1; each GPU's log at the end
+# Steps (minutes on one H200, session 4):
+#   measure      ~5: the targets of issues 3 and 4 measured again: full CUDA and Triton evaluation,
+#                    profiling Liger swiglu/dyt and fla softmax with the standby ncu child and without
+#   energy       ~6: issue 7 part (d): the Swish pair chosen by optimize in passive and active mode
+#   t1 t2 t3 t4  ~5 each: the GPU test tier (pytest -m gpu), every test of tests/test_gpu.py in one of them
+#   corpus-a corpus-b corpus-c  ~7 each: benchmarks/corpus.py, issue 5's sweep table (benchmarks/README.md)
+#   overhead ~2, replays ~5-8, kernelbench ~4, pool ~1: issue 8's benchmarks
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 repo=$PWD
-step=${1:?usage: bash benchmarks/h200.sh overhead|replays|kernelbench|pool|tier1|tier2|tier3|measure}
+: "${1:?usage: bash benchmarks/h200.sh STEP [STEP...] | par \"STEPS\" \"STEPS\"}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+if compgen -G "$repo/.corpus/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$repo"/.corpus/*.whl && \
+    cp -r "$repo"/.corpus/site/* /tmp/site/
+fi
 python3 -m compileall -q -j 0 /tmp/site > /dev/null  # as .ci/gpu: children never write bytecode
-export PYTHONPATH=/tmp/site KERNELPRO_DEVICE=cuda KERNELPRO_PROGRESS=0
-out="${OUT:-/tmp/kernelpro-bench}"
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-# From /tmp, so the installed kernelpro (not the checkout's folders) is imported.
-cd /tmp || exit 1
-case "$step" in
-  overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;
-  replays) timeout 570 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" "${@:2}" ;;
-  kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
-  pool) timeout 300 python3 -m pytest -m gpu -p no:cacheprovider -q -rA "$repo/tests/test_gpu.py" -k pool ;;
-  tier1|tier2|tier3)
-    declare -A tiers=(
-      [tier1]="demo or profiling or graph or memcheck or nvml or side_stream or patched or illegal or fork"
-      [tier2]="cuda_example or cuda_candidate or scalar or extension or launcher or pool or reactive"
-      [tier3]="evaluate_statuses or energy_passive or adversarial"
-    )
-    export KERNELPRO_ARTIFACTS="$out"
-    timeout 580 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 "$repo/tests/test_gpu.py" \
-      -k "${tiers[$step]}" 2>&1 | tee "$out/$step.log" ;;
-  measure)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$repo"/.corpus/*.whl && \
-      cp -r "$repo"/.corpus/site/* /tmp/site/ && python3 -m compileall -q -j 0 /tmp/site > /dev/null
-    timeout 100 python3 "$repo/benchmarks/cuda_build.py" --variants 3 --evals 5 --eval-large --out "$out/cuda_build.json" 2>&1 | tee "$out/cuda_build.log"
-    timeout 60 python3 "$repo/benchmarks/corpus_profile.py" --ncu-import liger_kernel.ops.swiglu 2>&1 | tee "$out/ncu_import.log"
-    timeout 150 python3 "$repo/benchmarks/corpus_profile.py" --out "$out" --only "liger swiglu,liger dyt,fla softmax" 2>&1 | tee "$out/corpus_profile.log"
-    timeout 60 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out" 2>&1 | tee "$out/evaluator.log"
-    timeout 45 python3 "$repo/benchmarks/evaluator.py" --parts throughput --fork-server --out "$out/fork" 2>&1 | tee "$out/evaluator_fork.log"
-    timeout 180 python3 "$repo/benchmarks/energy.py" --parts select --out "$out" 2>&1 | tee "$out/energy_select.log" ;;
-  *) echo "unknown step $step" >&2; exit 2 ;;
-esac
+# Unbuffered: a step cut by its timeout still leaves what it printed.
+export PYTHONPATH=/tmp/site KERNELPRO_DEVICE=cuda KERNELPRO_PROGRESS=0 PYTHONUNBUFFERED=1
+base="${OUT:-/tmp/kernelpro-bench}"
+mkdir -p "$base"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+declare -A tiers=(
+  [t1]="demo or nvml or profiling or graph"
+  [t2]="cuda_example or reactive or scalar or launcher or patched or side_stream"
+  [t3]="pool or extension or cuda_candidate or fork or illegal or memcheck"
+  [t4]="energy_passive or adversarial or evaluate_statuses"
+)
+
+step() {  # one step; its files under $base/$1
+  local out="$base/$1"
+  mkdir -p "$out"
+  echo "=== $1 on GPU ${CUDA_VISIBLE_DEVICES:-all} ($(date +%T))"
+  # From /tmp, so the installed kernelpro (not the checkout's folders) is imported.
+  cd /tmp || return 1
+  case "$1" in
+    measure)
+      timeout 120 python3 "$repo/benchmarks/cuda_build.py" --variants 3 --evals 5 --out "$out/cuda_build.json"
+      timeout 60 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out/evaluator"
+      timeout 200 python3 "$repo/benchmarks/corpus_profile.py" --out "$out" --only "liger swiglu,liger dyt,fla softmax" ;;
+    energy) timeout 540 python3 "$repo/benchmarks/energy.py" --parts select --out "$out" ;;
+    t1|t2|t3|t4)
+      KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
+        "$repo/tests/test_gpu.py" -k "${tiers[$1]}" ;;
+    corpus-a) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_swiglu,liger_dyt,liger_rms_norm,fla_softmax ;;
+    corpus-b) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_softmax --profile ;;
+    corpus-c) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --no-sweep --sweep-json "$base/corpus-a/corpus.json" \
+                --e2e liger_swiglu --e2e-budget 16 --e2e-minutes 4 ;;
+    overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;
+    replays) timeout 570 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" ;;
+    kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
+    pool) timeout 300 python3 -m pytest -m gpu -p no:cacheprovider -q -rA "$repo/tests/test_gpu.py" -k pool ;;
+    *) echo "unknown step $1" >&2; return 2 ;;
+  esac
+}
+
+if [ "$1" = par ]; then
+  shift
+  gpu=0
+  for steps in "$@"; do
+    ( export CUDA_VISIBLE_DEVICES=$gpu; for s in $steps; do step "$s"; done ) > "$base/gpu$gpu.log" 2>&1 &
+    gpu=$((gpu + 1))
+  done
+  wait
+  for ((g = 0; g < gpu; g++)); do echo "##### GPU $g"; tail -c 5000 "$base/gpu$g.log"; done
+else
+  for s in "$@"; do step "$s" 2>&1 | tee "$base/$s.log"; done
+fi

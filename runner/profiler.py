@@ -20,6 +20,7 @@ from typing import Any
 from .evaluator import EvalSettings, _request
 from .profile import KernelProfile, Profile, SassStats, Timeline
 from .sandbox import run_child
+from .standby import NcuStandby, imports_of
 from .target import Tolerance
 from .trace import Definition, Solution, Workload
 
@@ -36,31 +37,44 @@ class ProfileSettings:
     """Record the launch timeline with torch.profiler."""
     timeout_s: float = 180.0
     """Limit for each profiling child."""
+    standby: bool = True
+    """Keep the next profile's ncu child started ahead, its imports done (runner/standby.py)."""
+
+
+def start_standby(solution: Solution, ps: ProfileSettings) -> NcuStandby | None:
+    """A standby for the next ncu profile of ``solution``'s target (its entry file's imports
+    preloaded), or None where ncu is off, missing or standbys are turned off."""
+    from .profile.ncu import find_ncu
+
+    ncu = find_ncu() if ps.ncu and ps.standby else None
+    return NcuStandby(ncu, imports_of(solution), timeout_s=ps.timeout_s) if ncu is not None else None
 
 
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
-         ps: ProfileSettings, cache: Path, stages: dict[str, float]) -> tuple[list, list[str]]:  # fmt: skip
-    from .profile.ncu import METRICS, NCU_MISSING, find_ncu, notes_for, parse_csv
+         ps: ProfileSettings, cache: Path, stages: dict[str, float],
+         standby: NcuStandby | None = None) -> tuple[list, list[str]]:  # fmt: skip
+    from .profile.ncu import NCU_MISSING, find_ncu, notes_for, parse_csv, raw_csv_wrapper
 
     ncu = find_ncu()
     if ncu is None:
         return [], [NCU_MISSING]
+    req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
     with tempfile.TemporaryDirectory(prefix="kernelpro-ncu-") as tmp:
-        out = Path(tmp) / "ncu.csv"
-        # The raw page as CSV straight into a file of ncu's own (not stdout, which the candidate
-        # shares): no report to export with a second ncu process afterwards (0.8 s on the H200).
-        # application-only: a process the candidate's import starts (a version probe, a compiler) is
-        # not injected; under the default ("all") each one paid ncu's start-up.
-        wrapper = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes",
-                   "application-only", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
-                   "--log-file", str(out)]  # fmt: skip
-        req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
 
         def attempt(isolate: bool) -> tuple[Any, list, str]:
-            out.unlink(missing_ok=True)
-            # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
-            child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache, wrapper=wrapper,
-                              privileged=True, isolate=isolate)  # fmt: skip
+            taken = standby.take(req) if standby is not None and isolate else None
+            out = Path(tmp) / "ncu.csv"
+            if standby is not None and taken is not None:
+                child, seconds = taken
+                out = standby.log
+                stages["ncu.standby"] = standby.up_s
+            else:
+                out.unlink(missing_ok=True)
+                # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
+                child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache,
+                                  wrapper=raw_csv_wrapper(ncu, str(out)), privileged=True, isolate=isolate)  # fmt: skip
+                seconds = child.seconds
+            _child_stages(stages, "ncu", seconds, child.result)
             text = out.read_text(errors="replace") if out.is_file() else ""
             return child, (parse_csv(text) if child.status == "OK" else []), text
 
@@ -71,7 +85,6 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             child, kernels, text = attempt(False)
             if kernels:
                 notes.append("ncu failed inside the sandbox's namespaces and ran without network isolation")
-        _child_stages(stages, "ncu", child.seconds, child.result)
         if not kernels:
             # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix.
             said = f"{child.log}\n{text}"
@@ -141,14 +154,27 @@ def _timeline(definition: Definition, solution: Solution, workload: Workload, es
 
 def profile_candidate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
                       es: EvalSettings, ps: ProfileSettings = ProfileSettings(),
-                      timeline: Timeline | None = None, triton_cache: Path | None = None) -> tuple[Profile, float]:  # fmt: skip
+                      timeline: Timeline | None = None, triton_cache: Path | None = None,
+                      standby: NcuStandby | None = None) -> tuple[Profile, float]:  # fmt: skip
     """Profile on the largest workload (the one where the kernel's own behaviour dominates).
     A timeline recorded by the evaluation (EvalSettings.timeline) is reused instead of a new child;
     ``triton_cache``, the Triton cache this candidate alone was evaluated with, is copied in first so
-    the ncu child neither compiles nor autotunes again (it must hold no other candidate's cubins)."""
+    the ncu child neither compiles nor autotunes again (it must hold no other candidate's cubins).
+    ``standby``, an ncu child started earlier (runner/standby.py), runs the ncu part if it is still
+    there; it is used up (closed) either way."""
     t0 = time.perf_counter()
-    if es.device != "cuda":
-        return Profile(notes=("no GPU: no profiling",)), 0.0
+    try:
+        if es.device != "cuda":
+            return Profile(notes=("no GPU: no profiling",)), 0.0
+        return _profile(definition, solution, workloads, es, ps, timeline, triton_cache, standby), time.perf_counter() - t0
+    finally:
+        if standby is not None:
+            standby.close()
+
+
+def _profile(definition: Definition, solution: Solution, workloads: Sequence[Workload], es: EvalSettings,
+             ps: ProfileSettings, timeline: Timeline | None, triton_cache: Path | None,
+             standby: NcuStandby | None) -> Profile:  # fmt: skip
     workload = max(workloads, key=lambda w: sum(w.axes.values()))
     es = replace(es, cache_dir=None)
     notes: list[str] = []
@@ -156,15 +182,16 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
     sass = None
     stages: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
-        cache = Path(tmp) / "triton-cache"  # fresh, so every cubin in it is this candidate's
+        # Fresh (or the standby's own, still empty), so every cubin in it is this candidate's.
+        cache = standby.cache if standby is not None and ps.ncu else Path(tmp) / "triton-cache"
         if triton_cache is not None and triton_cache.is_dir():
-            shutil.copytree(triton_cache, cache)
+            shutil.copytree(triton_cache, cache, dirs_exist_ok=True)
         ready: dict[Path, str] = {}
         early = threading.Thread(target=_disassemble_all, args=(cache, ready), daemon=True)
         if ps.sass:
             early.start()
         if ps.ncu:
-            kernels, n = _ncu(definition, solution, workload, es, ps, cache, stages)
+            kernels, n = _ncu(definition, solution, workload, es, ps, cache, stages, standby)
             notes += n
         if ps.timeline and timeline is None:
             timeline, n = _timeline(definition, solution, workload, es, ps, cache, stages)
@@ -176,4 +203,4 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
             stages["sass"] = time.perf_counter() - t1
             notes += n
     rounded = tuple((k, round(v, 2)) for k, v in stages.items())
-    return Profile(tuple(kernels), sass, timeline, tuple(notes), rounded), time.perf_counter() - t0
+    return Profile(tuple(kernels), sass, timeline, tuple(notes), rounded)

@@ -152,7 +152,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               privileged: bool = False, memory_limit_mb: int = 0,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
               during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None,
-              fork: bool = False) -> ChildResult:  # fmt: skip
+              fork: bool = False, deadline: Callable[[], float] | None = None) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
@@ -160,7 +160,9 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     ``memory_limit_mb`` caps the resident memory of the child's whole process group, watched from
     here (the child's own RLIMIT_DATA is set by the harness). ``fork``: fork the child from this
     process's fork server (runner/forkserver.py) where it can be confined as unshare would; without
-    a wrapper only, since a profiler must start the process it profiles."""
+    a wrapper only, since a profiler must start the process it profiles. ``deadline``, asked again
+    and again, replaces start + ``timeout_s`` as the time (``time.perf_counter``) the child is killed
+    at: a standby's limit starts when its request is given (runner/standby.py)."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     sandbox = {"network": network, "parent": protect_parent()}
     # The fork server confines a child exactly as the most confined user-namespace variant does.
@@ -188,7 +190,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         if follower is not None:
             follower.start()
         try:
-            ended = _watch(proc, t0 + timeout_s, memory_limit_mb)
+            ended = _watch(proc, deadline or (lambda: t0 + timeout_s), memory_limit_mb)
         finally:
             stop.set()
             if follower is not None:
@@ -253,7 +255,7 @@ class _Ended:
     """Resident memory of its group when it was killed for memory."""
 
 
-def _watch(proc: subprocess.Popen[bytes], deadline: float, memory_limit_mb: int) -> _Ended:
+def _watch(proc: subprocess.Popen[bytes], deadline: Callable[[], float], memory_limit_mb: int) -> _Ended:
     """Wait for the child, killing its group at the deadline or above the memory limit. Its output
     is drained on a thread and only the tail kept: a candidate that prints gigabytes costs nothing."""
     tail = bytearray()
@@ -268,7 +270,7 @@ def _watch(proc: subprocess.Popen[bytes], deadline: float, memory_limit_mb: int)
     reader.start()
     reason, rss = "exit", 0.0
     while proc.poll() is None:
-        if time.perf_counter() > deadline:
+        if time.perf_counter() > deadline():
             reason = "timeout"
         elif memory_limit_mb > 0 and (rss := _group_rss_mb(proc.pid)) > memory_limit_mb:
             reason = "memory"

@@ -94,3 +94,11 @@ def test_a_dead_server_is_started_again(tmp_path: Path) -> None:
     forkserver._SERVER._proc.wait()
     again = evaluate(SWIGLU, candidate("two", PY_TORCH), LOADS, Tolerance(), settings(tmp_path, fork_server=True))
     assert again.passed and again.environment["sandbox"].get("spawn") == FORKED
+
+
+def test_children_are_forked_by_default(tmp_path: Path) -> None:
+    from kernelpro.runner.evaluator import EvalSettings
+
+    outcome = evaluate(SWIGLU, candidate("default", PY_TORCH), LOADS, Tolerance(),
+                       EvalSettings(device="cpu", cache_dir=tmp_path / "cache"))  # fmt: skip
+    assert outcome.passed and outcome.environment["sandbox"].get("spawn") == FORKED, outcome.environment

@@ -585,6 +585,35 @@ def test_cuda_graph_timing_on_the_gpu(tmp_path):
     assert s.passed and s.results[0].timing.mode.startswith("events (CUDA graph capture failed"), s.results[0].timing
 
 
+def test_profiling_with_a_standby_ncu_child(tmp_path):
+    """As the loop profiles: the standby starts before the evaluation, which it overlaps; the profile
+    it then runs finds the same kernel as a fresh ncu child, in less time (its start-up was paid)."""
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.profiler import ProfileSettings, profile_candidate, start_standby
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
+    sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+    w = [Workload.make(d, {"M": 4096})]
+    es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache")
+    standby = start_standby(sol, ProfileSettings(timeline=False))
+    assert standby is not None and standby.preload == ("torch", "triton", "triton.language")
+    assert evaluate(d, sol, w, Tolerance(), es).passed
+    warm, warm_s = profile_candidate(d, sol, w, es, ProfileSettings(timeline=False), triton_cache=tmp_path / "cache",
+                                     standby=standby)  # fmt: skip
+    cold, cold_s = profile_candidate(d, sol, w, es, ProfileSettings(timeline=False), triton_cache=tmp_path / "cache")
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
+    Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "standby_seconds.txt").write_text(
+        f"standby {warm_s:.2f} {dict(warm.stages)}\nfresh {cold_s:.2f} {dict(cold.stages)}\n")
+    assert warm.notes == () and cold.notes == (), (warm.notes, cold.notes)
+    assert [k.name for k in warm.kernels] == [k.name for k in cold.kernels] and warm.main is not None
+    assert warm.metric("launch__registers_per_thread") == cold.metric("launch__registers_per_thread")
+    assert "ncu.standby" in dict(warm.stages) and warm_s < cold_s, (warm_s, cold_s, warm.stages, cold.stages)
+
+
 def test_memcheck_refuses_an_out_of_bounds_read_in_the_gate(tmp_path):
     """A kernel that reads one element past its input gives the right outputs (the value is masked
     out of the store) and is faster: only compute-sanitizer memcheck sees it, and the gate refuses."""
@@ -658,7 +687,7 @@ def test_fork_server_children_on_the_gpu(tmp_path):
     sol = Solution("forked", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
                    destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
     w = [Workload.make(d, {"M": 4096})]
-    fresh = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "fresh"))
+    fresh = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "fresh", fork_server=False))
     forked = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "forked", fork_server=True))
     assert fresh.passed and forked.passed, (fresh.log[-800:], forked.log[-800:])
     assert forked.environment["sandbox"].get("spawn") == "forked from the fork server"

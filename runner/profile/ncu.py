@@ -32,6 +32,7 @@ __all__ = [
     "SYNONYMS",
     "collect",
     "find_ncu",
+    "raw_csv_wrapper",
     "ncu_command",
     "parse_csv",
 ]
@@ -394,6 +395,17 @@ def parse_csv(text: str) -> list[KernelProfile]:
 # --------------------------------------------------------------------------------------------
 
 NCU_MISSING = "ncu not found: install Nsight Compute or set KERNELPRO_NCU; continuing with SASS and timing only"
+
+
+def raw_csv_wrapper(ncu: str, log_file: str) -> list[str]:
+    """The command prefix under which one child's profiled call is collected: METRICS as the raw
+    page in CSV, written straight to ``log_file`` (not to the stdout the candidate shares, and no
+    report to export with a second ncu process afterwards: 0.8 s on the H200). application-only: a
+    process the candidate's import starts (a version probe, a compiler) is not injected; under the
+    default ("all") each one paid ncu's start-up."""
+    return [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes",
+            "application-only", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
+            "--log-file", log_file]  # fmt: skip
 
 
 def find_ncu() -> str | None:

@@ -1,0 +1,162 @@
+"""The standby ncu child (runner/standby.py): the real harness in a real sandboxed child, under a
+fake ncu that writes the H200's recorded raw page to its log file and then runs the command it was
+given, as ncu does. The requests run on the CPU; the GPU test runs the real ncu
+(tests/test_gpu.py::test_profiling_with_a_standby_ncu_child)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelpro.runner.evaluator import EvalSettings, _request
+from kernelpro.runner.profiler import ProfileSettings, _ncu, start_standby
+from kernelpro.runner.standby import NcuStandby, imports_of
+from kernelpro.runner.target import Tolerance
+from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "tests" / "fixtures" / "h200"
+DEFINITION = load_definition(ROOT / "examples" / "demo" / "commit1" / "definitions" / "swiglu.json")
+WORKLOAD = Workload.make(DEFINITION, {"M": 64})
+
+
+def _solution(source: str, files: tuple[SourceFile, ...] = ()) -> Solution:
+    return Solution("t", DEFINITION.name, "t", BuildSpec("triton", ("cuda",), "k.py::swiglu", destination_passing_style=False),
+                    (SourceFile("k.py", source), *files))  # fmt: skip
+
+
+FAST = _solution("import json\ndef swiglu(a, b):\n    return a * b\n")
+
+
+@pytest.fixture
+def fake_ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    script = tmp_path / "bin" / "ncu"
+    script.parent.mkdir()
+    script.write_text(f"""#!/bin/sh
+echo "$@" >> "{tmp_path}/args"
+prev=""
+while [ $# -gt 0 ]; do
+  a="$1"; shift
+  if [ "$prev" = "--log-file" ]; then cat "{H200 / "ncu_full_raw_tuned.csv"}" > "$a"; break; fi
+  prev="$a"
+done
+exec "$@"
+""")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("KERNELPRO_NCU", str(script))
+    return script
+
+
+def _req(solution: Solution = FAST) -> dict:
+    return {**_request(DEFINITION, solution, [WORKLOAD], Tolerance(), EvalSettings(device="cpu")), "mode": "profile"}
+
+
+def test_the_request_runs_after_the_imports_and_its_clock_starts_when_given(fake_ncu: Path) -> None:
+    sb = NcuStandby(str(fake_ncu), ["json", "kernelpro_no_such_module"], timeout_s=60)
+    try:
+        time.sleep(3.0)  # the standby starts Python and torch meanwhile, as during an evaluation
+        taken = sb.take(_req())
+        assert taken is not None
+        child, seconds = taken
+        assert child.status == "OK", child.log
+        doc = child.result or {}
+        assert doc["standby"]["preloaded"] == ["json"] and doc["standby"]["failed"] == ["kernelpro_no_such_module"]
+        assert doc["standby"]["waited_s"] > 0 and doc["build"]["status"] == "OK"
+        # Start-up, imports and the wait are the standby's, not the candidate's; the seconds since the
+        # request are less than the child's whole life.
+        assert doc["phases"]["startup"] < 1.0 and seconds < child.seconds and sb.up_s >= 3.0
+        assert "cudart" in doc["profile"]["error"] or "CUDA" in doc["profile"]["error"]  # no GPU here
+        assert sb.log.read_text().startswith(H200.joinpath("ncu_full_raw_tuned.csv").read_text()[:200])
+    finally:
+        sb.close()
+    assert not sb.dir.exists()
+
+
+def test_the_profilers_ncu_step_takes_the_standby(fake_ncu: Path) -> None:
+    sb = NcuStandby(str(fake_ncu), imports_of(FAST), timeout_s=60)
+    stages: dict[str, float] = {}
+    try:
+        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(), sb.cache, stages, sb)
+    finally:
+        sb.close()
+    assert [k.name for k in kernels] == ["_swiglu_kernel"] and notes == []
+    # The candidate's clock starts when it is handed over: its start-up is not the standby's.
+    assert stages["ncu.standby"] > 0 and stages["ncu.startup"] < 1.0 and stages["ncu"] < 30, stages
+    args = (fake_ncu.parent.parent / "args").read_text().splitlines()
+    assert len(args) == 1 and "--log-file" in args[0]  # one ncu child: the standby's
+
+
+def test_an_expired_standby_gives_way_to_a_fresh_child(fake_ncu: Path) -> None:
+    sb = NcuStandby(str(fake_ncu), [], timeout_s=60, wait_s=0.5)
+    time.sleep(4.0)
+    stages: dict[str, float] = {}
+    try:
+        assert not sb._thread.is_alive()  # it gave up waiting and left a result saying so
+        kernels, _ = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(), sb.cache, stages, sb)
+    finally:
+        sb.close()
+    assert [k.name for k in kernels] == ["_swiglu_kernel"] and "ncu.standby" not in stages
+    assert len((fake_ncu.parent.parent / "args").read_text().splitlines()) == 2
+
+
+def test_the_time_limit_counts_from_the_request(fake_ncu: Path) -> None:
+    """A standby that waited longer than the limit still gives its request the whole limit; a
+    request that hangs is killed at the limit after it was given, not later."""
+    hang = _solution("import time\ntime.sleep(60)\ndef swiglu(a, b):\n    return a\n")
+    sb = NcuStandby(str(fake_ncu), [], timeout_s=4)
+    try:
+        time.sleep(5.0)
+        taken = sb.take(_req(hang))
+    finally:
+        sb.close()
+    assert taken is not None
+    child, seconds = taken
+    assert child.status == "TIMEOUT" and "killed after 4 s" in child.log and 3.5 < seconds < 10, (child.status, seconds)
+
+
+def test_close_lets_an_unused_standby_go_at_once(fake_ncu: Path) -> None:
+    sb = NcuStandby(str(fake_ncu), [], timeout_s=60)
+    time.sleep(2.0)
+    t0 = time.perf_counter()
+    sb.close()
+    assert time.perf_counter() - t0 < 5 and not sb._thread.is_alive() and not sb.dir.exists()
+    with pytest.raises(RuntimeError):
+        sb.take(_req())
+
+
+def test_a_standby_whose_parent_is_gone_gives_up(tmp_path: Path) -> None:
+    from kernelpro.runner.harness import _standby
+
+    (tmp_path / "alive").touch()
+    old = time.time() - 60
+    os.utime(tmp_path / "alive", (old, old))
+    t0 = time.perf_counter()
+    taken, info = _standby({"preload": [], "wait_s": 600, "heartbeat_s": 30}, tmp_path)
+    assert taken is None and info["expired"] and time.perf_counter() - t0 < 2
+    (tmp_path / "alive").touch()
+    (tmp_path / "go.json").write_text(json.dumps({"mode": "quit"}))
+    assert _standby({"preload": ["json"], "wait_s": 600}, tmp_path)[0] is None
+
+
+def test_imports_of_reads_the_entry_files_absolute_imports() -> None:
+    sol = _solution(
+        "import torch\nimport triton.language as tl\nfrom liger_kernel.ops.utils import calculate_settings\n"
+        "from . import sibling\nfrom helpers.maths import f\nimport os, json\n"
+        "def swiglu(a, b):\n    import late_import\n    return a\n",
+        (SourceFile("helpers/maths.py", "def f(): pass\n"),),
+    )
+    assert imports_of(sol) == ("torch", "triton.language", "liger_kernel.ops.utils", "os", "json")
+    assert imports_of(_solution("def swiglu(:\n")) == ()
+
+
+def test_no_standby_without_ncu_or_when_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELPRO_NCU", str(tmp_path / "absent"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    assert start_standby(FAST, ProfileSettings()) is None
+    assert start_standby(FAST, ProfileSettings(standby=False)) is None
