@@ -223,6 +223,19 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     keeps the search memory by an LLM call per iteration (None: by rules). ``pool``: one evaluation
     worker per GPU when there are several. ``meter`` measures energy (runner.energy.nvml_meter on
     a GPU); without one, energy modes other than off record that nothing was measured."""
+    spare: list[NcuStandby | None] = [None]  # the next profile's standby ncu child (runner/standby.py)
+    try:
+        return _optimize(target, head_checkout, out_dir, programmer, settings, base_solution, progress, clock,
+                         extractor, pool, meter, spare)  # fmt: skip
+    finally:
+        if spare[0] is not None:  # however the run ended, no standby outlives it
+            spare[0].close()
+
+
+def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
+              base_solution: Solution | None, progress: ProgressFn | None, clock: Callable[[], float],
+              extractor: Extractor | None, pool: Pool | None, meter: Meter | None,
+              spare: list[NcuStandby | None]) -> Result:  # fmt: skip
     t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
     es = settings.evaluation
@@ -282,7 +295,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     baseline_cand = Candidate(target.solution(head_checkout), None, "init", "the pull request's kernel")
     # The next profile's ncu child, started ahead so its start-up and imports overlap other work.
     profiling = device == "cuda" and settings.feedback != "none"
-    spare = [start_standby(baseline_cand.solution, settings.profiling) if profiling else None]
+    spare[0] = start_standby(baseline_cand.solution, settings.profiling) if profiling else None
 
     def next_standby() -> NcuStandby | None:
         taken, spare[0] = spare[0], None
@@ -300,8 +313,6 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
 
     stop = "budget spent"
     if not baseline.outcome.passed:
-        if (unused := next_standby()) is not None:
-            unused.close()
         stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
                        head_checkout, settings, journal_torn=journal.skipped_lines, clock=clock)  # fmt: skip

@@ -160,3 +160,33 @@ def test_no_standby_without_ncu_or_when_turned_off(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     assert start_standby(FAST, ProfileSettings()) is None
     assert start_standby(FAST, ProfileSettings(standby=False)) is None
+
+
+def test_the_loop_closes_its_spare_standby_however_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """optimize starts a standby before the baseline's evaluation; an evaluation that raises ends
+    the run, and the standby goes with it (it would otherwise wait, unused, for its time limit)."""
+    from kernelpro.runner import optimize as loop
+    from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.target import Target
+
+    started: list[str] = []
+
+    class Spare:
+        def close(self) -> None:
+            started.append("closed")
+
+    def start(solution: Solution, ps: ProfileSettings) -> Spare:
+        started.append("started")
+        return Spare()
+
+    def evaluate(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the evaluator broke")
+
+    monkeypatch.setattr(loop, "start_standby", start)
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    (tmp_path / "head" / "kernels").mkdir(parents=True)
+    (tmp_path / "head" / "kernels" / "swiglu.py").write_text((ROOT / "examples" / "demo" / "commit2" / "kernels" / "swiglu.py").read_text())
+    target = Target("swiglu", "triton", ("kernels/swiglu.py",), "kernels/swiglu.py::swiglu", DEFINITION, (WORKLOAD,))
+    with pytest.raises(RuntimeError, match="the evaluator broke"):
+        optimize(target, tmp_path / "head", tmp_path / "out", object(), RunSettings(evaluation=EvalSettings(device="cuda")))  # type: ignore[arg-type]
+    assert started == ["started", "closed"]
