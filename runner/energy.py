@@ -81,10 +81,26 @@ class EnergyUnavailable(RuntimeError):
     """NVML or its energy counter cannot be used here; the message says why and what to do."""
 
 
+def visible_gpu(visible: str | None) -> str:
+    """The GPU that CUDA children see first, as NVML names it: the first entry of
+    CUDA_VISIBLE_DEVICES (``visible``; None: unset, so GPU 0). NVML ignores that variable and counts
+    every GPU of the host, so without this a runner pinned to GPU 1 would read GPU 0's energy. An
+    index means the same GPU to both where the host's GPUs are all alike (CUDA then orders them by
+    PCI bus, as NVML does) or CUDA_DEVICE_ORDER=PCI_BUS_ID is set; a UUID is exact."""
+    first = ("0" if visible is None else visible).split(",")[0].strip()
+    if not first or first == "-1" or first.startswith("MIG-"):
+        raise EnergyUnavailable(f"NVML energy: CUDA_VISIBLE_DEVICES={visible!r} names no whole GPU to measure "
+                                "(energy is counted per physical GPU; MIG instances have no counter of their own)")  # fmt: skip
+    return first
+
+
 class NvmlDevice:
     """pynvml (nvidia-ml-py). Only reads; never sets clocks or power limits."""
 
-    def __init__(self, index: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, gpu: str | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        """``gpu``: an NVML index or a GPU UUID; None: the GPU this process's CUDA children use
+        (``visible_gpu`` of CUDA_VISIBLE_DEVICES)."""
+        gpu = gpu if gpu is not None else visible_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"))
         try:
             import pynvml
         except ImportError as e:
@@ -94,8 +110,10 @@ class NvmlDevice:
         except Exception as e:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
             raise EnergyUnavailable(f"NVML unavailable: {e} (no NVIDIA driver on this machine?)") from e
         self._nv, self._clock = pynvml, clock
+        index = gpu
         try:
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._h = (pynvml.nvmlDeviceGetHandleByUUID(gpu) if gpu.startswith("GPU-")
+                       else pynvml.nvmlDeviceGetHandleByIndex(int(gpu)))  # fmt: skip
             name = pynvml.nvmlDeviceGetName(self._h)
             self.name = name.decode() if isinstance(name, bytes) else str(name)
             pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h)

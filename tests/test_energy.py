@@ -143,6 +143,58 @@ def test_other_processes_on_the_gpu_are_reported() -> None:
     assert any("4242" in n for n in m.notes)
 
 
+def _fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+    """pynvml as the real one answers on a host of four GPUs: handles by index and by UUID."""
+    import types
+
+    asked: list[tuple[str, object]] = []
+    gpus = {0: "GPU-aaaa", 1: "GPU-bbbb", 2: "GPU-cccc", 3: "GPU-dddd"}
+
+    def by_index(i: int) -> str:
+        asked.append(("index", i))
+        if i not in gpus:
+            raise RuntimeError("NVMLError_InvalidArgument")
+        return gpus[i]
+
+    def by_uuid(u: str) -> str:
+        asked.append(("uuid", u))
+        if u not in gpus.values():
+            raise RuntimeError("NVMLError_NotFound")
+        return u
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=by_index,
+        nvmlDeviceGetHandleByUUID=by_uuid, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: 1000,
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return asked
+
+
+@pytest.mark.parametrize(("visible", "asked"), [
+    (None, ("index", 0)), ("2", ("index", 2)), ("3,0", ("index", 3)), (" 1 , 2", ("index", 1)),
+    ("GPU-cccc,GPU-aaaa", ("uuid", "GPU-cccc")),
+])  # fmt: skip
+def test_the_counter_read_is_the_gpu_the_children_use(monkeypatch: pytest.MonkeyPatch, visible: str | None,
+                                                      asked: tuple[str, object]) -> None:  # fmt: skip
+    """NVML counts every GPU of the host whatever CUDA_VISIBLE_DEVICES says; the arms run in
+    children that see only the visible ones, so the meter must open the first visible GPU."""
+    calls = _fake_pynvml(monkeypatch)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert NvmlDevice().name == "NVIDIA H200" and calls == [asked]
+
+
+@pytest.mark.parametrize("visible", ["", "-1", "MIG-1234abcd", "7", "GPU-zzzz"])
+def test_no_whole_visible_gpu_is_said(monkeypatch: pytest.MonkeyPatch, visible: str) -> None:
+    _fake_pynvml(monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with pytest.raises(EnergyUnavailable, match="CUDA_VISIBLE_DEVICES|unavailable on GPU"):
+        NvmlDevice()
+
+
 def test_nvml_unavailable_is_a_clear_error_here() -> None:
     # This CI machine has pynvml but no NVIDIA driver.
     with pytest.raises(EnergyUnavailable, match="NVML unavailable"):
