@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kernelpro.runner.evaluator import EvalSettings, evaluate
+from kernelpro.runner.evaluator import EvalSettings, evaluate, reference_ready
 from kernelpro.runner.profile import Timeline
 from kernelpro.runner.profiler import ProfileSettings, profile_candidate, start_standby
 from kernelpro.runner.roofline import analyze_reference, default_ceilings
@@ -166,8 +166,9 @@ def main() -> None:
                        destination_passing_style=c.dps), (SourceFile("wrapper.py", c.wrapper),))  # fmt: skip
         w = Workload.make(d, {})
         cache = Path(tempfile.mkdtemp(prefix="kp-corpus-cache-"))  # this kernel's Triton cache, as the loop keeps one
-        # As in the loop: the standby starts before the evaluation it overlaps.
-        standby = start_standby(sol, ProfileSettings()) if args.standby else None
+        # As in the loop: the standby starts once the reference is computed, before the evaluation it overlaps.
+        ready = reference_ready(d, sol, [w], Tolerance(), es)
+        standby = start_standby(sol, ProfileSettings()) if args.standby and ready else None
         outcome = evaluate(d, sol, [w], Tolerance(), replace(es, cache_dir=cache))
         row: dict[str, object] = {"kernel": c.name, "status": outcome.status}
         if outcome.passed:

@@ -285,6 +285,13 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
     return child.collected
 
 
+def reference_ready(definition: Definition, solution: Solution, workloads: Sequence[Workload], tolerance: Tolerance,
+                    settings: EvalSettings) -> bool:  # fmt: skip
+    """Compute (or find cached) the reference outputs ``evaluate`` would use for these arguments,
+    so that their files are written, loaded and deleted now, before anything else starts."""
+    return not isinstance(_reference_for(_request(definition, solution, workloads, tolerance, settings), settings), str)
+
+
 class _Verdict(Exception):
     """A workload's failure, found while judging the candidate's outputs."""
 

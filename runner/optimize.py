@@ -29,7 +29,7 @@ from .energy import (
     proxy,
     timing_noise,
 )
-from .evaluator import EVALUATOR_VERSION, EvalSettings, Outcome, evaluate, traces
+from .evaluator import EVALUATOR_VERSION, EvalSettings, Outcome, evaluate, reference_ready, traces
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
@@ -293,14 +293,6 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         return scored
 
     baseline_cand = Candidate(target.solution(head_checkout), None, "init", "the pull request's kernel")
-    # The next profile's ncu child, started ahead so its start-up and imports overlap other work.
-    profiling = device == "cuda" and settings.feedback != "none"
-    spare[0] = start_standby(baseline_cand.solution, settings.profiling) if profiling else None
-
-    def next_standby() -> NcuStandby | None:
-        taken, spare[0] = spare[0], None
-        return taken
-
     baseline = record(baseline_cand, run_eval(baseline_cand))
     state["baseline"] = baseline.outcome
 
@@ -310,6 +302,19 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         o = run_eval(bc)
         base_branch = Scored(bc, o, geomean_speedup(baseline.outcome, o, workloads))
         append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, bc.solution, workloads, o)])
+
+    # The next profile's ncu child, started ahead so its start-up and imports overlap other work. Only
+    # once the search's reference is in memory: the imports it preloads may be the pull request's own
+    # package, which must not run while a reference child's outputs are on disk (the baseline's
+    # evaluation computed them, or a resumed run does so here; the gate's come after the last standby
+    # is closed). With a pool, other GPUs' workers compute theirs later, so no standby there.
+    if (device == "cuda" and settings.feedback != "none" and schedule is None and baseline.outcome.passed
+            and reference_ready(target.definition, baseline_cand.solution, workloads, target.tolerance, es)):
+        spare[0] = start_standby(baseline_cand.solution, settings.profiling)
+
+    def next_standby() -> NcuStandby | None:
+        taken, spare[0] = spare[0], None
+        return taken
 
     stop = "budget spent"
     if not baseline.outcome.passed:
@@ -339,7 +344,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
             prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
                                            recorded_timeline(cand.key), triton_cache(cand), next_standby())  # fmt: skip
-        if not state.get("gating"):
+        if not state.get("gating") and schedule is None:
             spare[0] = start_standby(baseline_cand.solution, settings.profiling)
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
@@ -356,7 +361,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             base_prof, secs = profile_candidate(target.definition, baseline_cand.solution, workloads, es,
                                                 settings.profiling, recorded_timeline(baseline_cand.key),
                                                 triton_cache(baseline_cand), next_standby())  # fmt: skip
-            spare[0] = start_standby(baseline_cand.solution, settings.profiling)
+            if schedule is None:
+                spare[0] = start_standby(baseline_cand.solution, settings.profiling)
             prof_time[0] += secs
         stage1 = analyze_reference(
             target.definition, workloads, flops=target.flops, nbytes=target.bytes,

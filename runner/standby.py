@@ -11,7 +11,10 @@ then pays for CUDA, the candidate's own module and the profiled call only.
 Inside, it is the same sandboxed child as any profile (runner/sandbox.py, harness ``mode:
 standby``): the request arrives as ``go.json`` in its directory, the parent touches ``alive`` there
 while it waits (a standby whose parent died gives up within ``heartbeat_s``), and once the request
-is given its time limit counts from then.
+is given its time limit counts from then. What it preloads may be the pull request's own package
+(installed editable, say), so it is as untrusted as a candidate: the loop starts one only while no
+reference child's outputs are on disk (runner/optimize.py: after the search's reference is in
+memory, never with a multi-GPU pool, and none is left when the gate computes its own).
 """
 
 from __future__ import annotations

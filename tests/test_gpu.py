@@ -586,9 +586,10 @@ def test_cuda_graph_timing_on_the_gpu(tmp_path):
 
 
 def test_profiling_with_a_standby_ncu_child(tmp_path):
-    """As the loop profiles: the standby starts before the evaluation, which it overlaps; the profile
+    """As the loop profiles: the standby starts before the evaluation, which it overlaps (after the
+    reference, whose files must be gone before anything of the pull request's runs); the profile
     it then runs finds the same kernel as a fresh ncu child, in less time (its start-up was paid)."""
-    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.evaluator import EvalSettings, evaluate, reference_ready
     from kernelpro.runner.profiler import ProfileSettings, profile_candidate, start_standby
     from kernelpro.runner.target import Tolerance
     from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
@@ -599,6 +600,7 @@ def test_profiling_with_a_standby_ncu_child(tmp_path):
                    destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
     w = [Workload.make(d, {"M": 4096})]
     es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache")
+    assert reference_ready(d, sol, w, Tolerance(), es)  # as the loop: the reference first, then the standby
     standby = start_standby(sol, ProfileSettings(timeline=False))
     assert standby is not None and standby.preload == ("torch", "triton", "triton.language")
     assert evaluate(d, sol, w, Tolerance(), es).passed

@@ -162,31 +162,58 @@ def test_no_standby_without_ncu_or_when_turned_off(tmp_path: Path, monkeypatch: 
     assert start_standby(FAST, ProfileSettings(standby=False)) is None
 
 
-def test_the_loop_closes_its_spare_standby_however_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """optimize starts a standby before the baseline's evaluation; an evaluation that raises ends
-    the run, and the standby goes with it (it would otherwise wait, unused, for its time limit)."""
+def test_the_loop_starts_its_standby_after_the_reference_and_closes_it_however_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The standby's preloads may be the pull request's own package: it starts only once the
+    search's reference outputs are in memory (their files gone), and a run that breaks after that
+    still closes it (it would otherwise wait, unused, for its time limit)."""
     from kernelpro.runner import optimize as loop
+    from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
     from kernelpro.runner.optimize import RunSettings, optimize
     from kernelpro.runner.target import Target
 
-    started: list[str] = []
+    events: list[str] = []
 
     class Spare:
         def close(self) -> None:
-            started.append("closed")
+            events.append("closed")
 
     def start(solution: Solution, ps: ProfileSettings) -> Spare:
-        started.append("started")
+        events.append("started")
         return Spare()
 
-    def evaluate(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("the evaluator broke")
+    def evaluate(definition: object, solution: Solution, *args: object) -> Outcome:
+        events.append("evaluated")
+        checked = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
+        timed = Timing(1.0, 0.9, 1.1, 0.05, 10)
+        return Outcome(solution.content_hash(), "PASSED", (WorkloadResult(WORKLOAD.uuid, "PASSED", "", checked, timed),))
 
-    monkeypatch.setattr(loop, "start_standby", start)
-    monkeypatch.setattr(loop, "evaluate", evaluate)
+    def reference_ready(*args: object) -> bool:
+        events.append("reference")
+        return True
+
+    def registry(*args: object) -> None:
+        raise RuntimeError("the tool registry broke")
+
+    for name, fake in (("start_standby", start), ("evaluate", evaluate), ("reference_ready", reference_ready),
+                       ("registry", registry)):  # fmt: skip
+        monkeypatch.setattr(loop, name, fake)
     (tmp_path / "head" / "kernels").mkdir(parents=True)
     (tmp_path / "head" / "kernels" / "swiglu.py").write_text((ROOT / "examples" / "demo" / "commit2" / "kernels" / "swiglu.py").read_text())
     target = Target("swiglu", "triton", ("kernels/swiglu.py",), "kernels/swiglu.py::swiglu", DEFINITION, (WORKLOAD,))
-    with pytest.raises(RuntimeError, match="the evaluator broke"):
+    with pytest.raises(RuntimeError, match="the tool registry broke"):
         optimize(target, tmp_path / "head", tmp_path / "out", object(), RunSettings(evaluation=EvalSettings(device="cuda")))  # type: ignore[arg-type]
-    assert started == ["started", "closed"]
+    assert events == ["evaluated", "reference", "started", "closed"]
+
+
+def test_reference_ready_computes_the_reference_once(tmp_path: Path) -> None:
+    from kernelpro.runner.evaluator import reference_ready
+    from kernelpro.runner.trace import Definition
+
+    es = EvalSettings(device="cpu", cache_dir=tmp_path / "cache", seed=913)
+    assert reference_ready(DEFINITION, FAST, [WORKLOAD], Tolerance(), es)
+    t0 = time.perf_counter()
+    assert reference_ready(DEFINITION, FAST, [WORKLOAD], Tolerance(), es)  # cached: no child this time
+    assert time.perf_counter() - t0 < 0.5
+    broken = Definition.from_json({**DEFINITION.to_json(), "reference": "def run(a, b):\n    raise ValueError('no')\n"})
+    assert not reference_ready(broken, FAST, [WORKLOAD], Tolerance(), es)
