@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,3 +45,31 @@ class Candidate:
     def from_json(d: Mapping[str, Any]) -> Candidate:
         return Candidate(Solution.from_json(d["solution"]), d.get("parent"), d["mode"], d.get("note", ""),
                          d.get("params") or {})  # fmt: skip
+
+
+# A C/C++ string or character literal (kept as written), else a run of comments and blanks (one blank).
+_C_TOKENS = re.compile(r'("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|(?://[^\n]*|/\*.*?\*/|[ \t\f\v])+',
+                       re.DOTALL)  # fmt: skip
+
+
+def _normalized(path: str, content: str) -> str:
+    if path.endswith(".py"):
+        try:
+            return ast.dump(ast.parse(content))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return content
+    code = _C_TOKENS.sub(lambda m: m.group(1) or " ", content)
+    # Line breaks end preprocessor directives, so they stay; empty lines go.
+    return "\n".join(line.strip() for line in code.splitlines() if line.strip())
+
+
+def fingerprint(solution: Solution) -> str:
+    """What the code does, not how it is written: Python files by their syntax tree (comments, blank
+    lines and layout dropped), C/C++ with comments and runs of blanks removed outside literals, plus
+    the build spec. Two candidates with one fingerprint build the same kernels, so the loop evaluates
+    only the first (as tinygrad skips a duplicate binary); a difference it cannot rule out (a string
+    literal, an operator spaced differently in C) keeps them apart, which costs only an evaluation."""
+    h = hashlib.sha256(repr(solution.spec).encode())
+    for f in sorted(solution.sources, key=lambda f: f.path):
+        h.update(f"\0{f.path}\0{_normalized(f.path, f.content)}".encode())
+    return h.hexdigest()

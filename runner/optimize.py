@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .candidate import Candidate
+from .candidate import Candidate, fingerprint
 from .cubin import BuildPool, cache_root
 from .energy import (
     EnergyOutcome,
@@ -140,6 +140,8 @@ class Result:
     """The search memory at the end: section, text, evaluation."""
     energy: EnergyOutcome | None = None
     """Energy mode, measurements and how they were used; None when energy is off."""
+    duplicates: int = 0
+    """Proposals not evaluated because they build the same code as an evaluated candidate."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -258,7 +260,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     deadline = t0 + target.budget.minutes * 60
     trace_path = out_dir / "trace.jsonl"
     trace_path.write_text("")
-    state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0}
+    state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0, "duplicates": 0}
+    prints: dict[str, str] = {}  # fingerprint -> key of the first evaluated candidate with it
     evaluated: list[Scored] = []
     # Several GPUs: a batch is evaluated concurrently, one candidate per GPU; one GPU: in this process.
     schedule = (Schedule(pool, TargetEval(target.definition, workloads, target.tolerance, es), journal)
@@ -285,6 +288,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         speed = 1.0 if base is None else geomean_speedup(base, outcome, workloads)
         scored = Scored(cand, outcome, speed)
         evaluated.append(scored)
+        prints.setdefault(fingerprint(cand.solution), cand.key)
         append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, cand.solution, workloads, outcome)])
         if outcome.passed:
             state["best"] = max(state["best"], speed)
@@ -433,14 +437,27 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     # CUDA candidates compile on every CPU core while the GPU measures the first of the batch.
     builds = BuildPool() if target.language == "cuda" and es.cache_dir is not None else None
 
+    def distinct(cands: list[Candidate]) -> list[Candidate]:
+        """Drop a proposal that builds the same code as an evaluated one, or as one before it in this
+        batch, in another layout or with other comments (candidate.fingerprint): it would cost an
+        evaluation and tell nothing new. Content-identical ones are left to the journal, as before."""
+        out, batch = [], dict(prints)
+        for c in cands:
+            first = batch.setdefault(fingerprint(c.solution), c.key)
+            if first != c.key:
+                state["duplicates"] += 1
+                continue
+            out.append(c)
+        return out
+
     def propose(parent: Scored, mode: str, n: int) -> list[Candidate]:
         if halted or len(evaluated) >= budget or clock() > deadline:
             return []  # nothing could be evaluated: spare the programmer (and an LLM's tokens) the call
         text, findings, prof = feedback_for(parent.candidate.key)
         try:
-            cands = programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
-                                                                profile=prof, memory=memory.render(),
-                                                                energy_notes=energy_for(parent.candidate.key)))  # fmt: skip
+            cands = distinct(programmer.propose(parent, mode, n, replace(context, feedback=text, findings=findings,
+                                                                         profile=prof, memory=memory.render(),
+                                                                         energy_notes=energy_for(parent.candidate.key))))  # fmt: skip
             if builds is not None:
                 new = [c for c in cands if journal.get(c.key) is None]
                 builds.submit([c.solution for c in new], [cache_root(triton_cache(c)) for c in new])
@@ -500,7 +517,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines, energy, clock=clock)  # fmt: skip
+                   journal.skipped_lines, energy, clock=clock, duplicates=state["duplicates"])  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -518,10 +535,11 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
             memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
-            energy: EnergyOutcome | None = None, clock: Callable[[], float] = time.perf_counter) -> Result:  # fmt: skip
+            energy: EnergyOutcome | None = None, clock: Callable[[], float] = time.perf_counter,
+            duplicates: int = 0) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
                     clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory,
-                    energy)  # fmt: skip
+                    energy, duplicates)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -51,6 +51,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "search": settings.search,
         "evaluations": len(result.evaluated),
         "resumed_from_journal": result.journal_resumed,
+        "duplicates": result.duplicates,
         "journal_torn_lines": result.journal_torn,
         "statuses": dict(statuses),
         "stop_reason": result.stop_reason,
