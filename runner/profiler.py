@@ -59,10 +59,16 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
     if ncu is None:
         return [], [NCU_MISSING]
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kernelpro-ncu-") as tmp:
 
         def attempt(isolate: bool) -> tuple[Any, list, str]:
             taken = standby.take(req) if standby is not None and isolate else None
+            if taken is not None and taken[0].status != "OK":
+                # Whatever broke the standby (ncu, the wait, the candidate), one fresh child decides.
+                notes.append(f"the standby ncu child failed ({taken[0].status}: {taken[0].log.strip()[-200:]}); "
+                             "profiled in a fresh one")  # fmt: skip
+                taken = None
             out = Path(tmp) / "ncu.csv"
             if standby is not None and taken is not None:
                 child, seconds = taken
@@ -79,7 +85,6 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             return child, (parse_csv(text) if child.status == "OK" else []), text
 
         child, kernels, text = attempt(True)
-        notes: list[str] = []
         if not kernels and child.sandbox.get("network", "").startswith("isolated"):
             # ncu inside the namespaces failed: once more outside them (a verified candidate), and say so.
             child, kernels, text = attempt(False)
@@ -90,7 +95,7 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             said = f"{child.log}\n{text}"
             if child.status == "OK":
                 return [], notes_for(said, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]
-            return [], notes_for(said, 1) or [f"ncu run failed ({child.status}): {said.strip()[-300:]}"]
+            return [], notes_for(said, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]
         return kernels, notes
 
 

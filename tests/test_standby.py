@@ -104,6 +104,23 @@ def test_an_expired_standby_gives_way_to_a_fresh_child(fake_ncu: Path) -> None:
     assert len((fake_ncu.parent.parent / "args").read_text().splitlines()) == 2
 
 
+def test_a_standby_that_fails_gives_way_to_a_fresh_child_and_says_so(tmp_path: Path, fake_ncu: Path) -> None:
+    """Should ncu not take to a process that waits before CUDA (not seen on the H200 yet), the
+    profile is still taken, in a fresh child, and the note says what happened."""
+    # This ncu gives up on a standby request (the harness's request.json says mode standby).
+    refuse = ('for a in "$@"; do case "$a" in *request.json) grep -q standby "$a" && '
+              '{ echo "==ERROR== the application did not connect"; exit 7; };; esac; done\n')
+    fake_ncu.write_text(fake_ncu.read_text().replace('exec "$@"', refuse + 'exec "$@"'))
+    sb = NcuStandby(str(fake_ncu), [], timeout_s=60)
+    stages: dict[str, float] = {}
+    try:
+        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(), sb.cache, stages, sb)
+    finally:
+        sb.close()
+    assert [k.name for k in kernels] == ["_swiglu_kernel"] and "ncu.standby" not in stages
+    assert len(notes) == 1 and "standby ncu child failed (CRASHED" in notes[0] and "did not connect" in notes[0], notes
+
+
 def test_the_time_limit_counts_from_the_request(fake_ncu: Path) -> None:
     """A standby that waited longer than the limit still gives its request the whole limit; a
     request that hangs is killed at the limit after it was given, not later."""
