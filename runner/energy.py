@@ -110,7 +110,6 @@ class NvmlDevice:
         except Exception as e:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
             raise EnergyUnavailable(f"NVML unavailable: {e} (no NVIDIA driver on this machine?)") from e
         self._nv, self._clock = pynvml, clock
-        index = gpu
         try:
             self._h = (pynvml.nvmlDeviceGetHandleByUUID(gpu) if gpu.startswith("GPU-")
                        else pynvml.nvmlDeviceGetHandleByIndex(int(gpu)))  # fmt: skip
@@ -119,7 +118,7 @@ class NvmlDevice:
             pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h)
         except Exception as e:  # NVMLError_NotSupported on GPUs before Volta
             self.close()
-            raise EnergyUnavailable(f"NVML energy counter unavailable on GPU {index}: {e}") from e
+            raise EnergyUnavailable(f"NVML energy counter unavailable on GPU {gpu}: {e}") from e
 
     def _opt(self, fn: Callable[[], float], scale: float = 1.0) -> float | None:
         try:

@@ -312,13 +312,18 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     # package, which must not run while a reference child's outputs are on disk (the baseline's
     # evaluation computed them, or a resumed run does so here; the gate's come after the last standby
     # is closed). With a pool, other GPUs' workers compute theirs later, so no standby there.
-    if (device == "cuda" and settings.feedback != "none" and schedule is None and baseline.outcome.passed
-            and reference_ready(target.definition, baseline_cand.solution, workloads, target.tolerance, es)):
-        spare[0] = start_standby(baseline_cand.solution, settings.profiling)
+    standbys = (device == "cuda" and settings.feedback != "none" and schedule is None and baseline.outcome.passed
+                and reference_ready(target.definition, baseline_cand.solution, workloads, target.tolerance, es))
+
+    def refill() -> None:
+        if standbys and not state.get("gating"):
+            spare[0] = start_standby(baseline_cand.solution, settings.profiling)
 
     def next_standby() -> NcuStandby | None:
         taken, spare[0] = spare[0], None
         return taken
+
+    refill()
 
     stop = "budget spent"
     if not baseline.outcome.passed:
@@ -348,8 +353,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         with schedule.exclusive() if schedule is not None else contextlib.nullcontext():
             prof, secs = profile_candidate(target.definition, cand.solution, workloads, es, settings.profiling,
                                            recorded_timeline(cand.key), triton_cache(cand), next_standby())  # fmt: skip
-        if not state.get("gating") and schedule is None:
-            spare[0] = start_standby(baseline_cand.solution, settings.profiling)
+        refill()
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active))
@@ -365,8 +369,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             base_prof, secs = profile_candidate(target.definition, baseline_cand.solution, workloads, es,
                                                 settings.profiling, recorded_timeline(baseline_cand.key),
                                                 triton_cache(baseline_cand), next_standby())  # fmt: skip
-            if schedule is None:
-                spare[0] = start_standby(baseline_cand.solution, settings.profiling)
+            refill()
             prof_time[0] += secs
         stage1 = analyze_reference(
             target.definition, workloads, flops=target.flops, nbytes=target.bytes,

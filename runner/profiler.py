@@ -64,17 +64,15 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
 
         def attempt(isolate: bool) -> tuple[Any, list, str]:
             taken = standby.take(req) if standby is not None and isolate else None
-            if taken is not None and taken[0].status != "OK":
-                # Whatever broke the standby (ncu, the wait, the candidate), one fresh child decides.
-                notes.append(f"the standby ncu child failed ({taken[0].status}: {taken[0].log.strip()[-200:]}); "
-                             "profiled in a fresh one")  # fmt: skip
-                taken = None
-            out = Path(tmp) / "ncu.csv"
-            if standby is not None and taken is not None:
-                child, seconds = taken
-                out = standby.log
+            if standby is not None and taken is not None and taken[0].status == "OK":
+                (child, seconds), out = taken, standby.log
                 stages["ncu.standby"] = standby.up_s
             else:
+                if taken is not None:
+                    # Whatever broke the standby (ncu, the wait, the candidate), one fresh child decides.
+                    notes.append(f"the standby ncu child failed ({taken[0].status}: {taken[0].log.strip()[-200:]}); "
+                                 "profiled in a fresh one")  # fmt: skip
+                out = Path(tmp) / "ncu.csv"
                 out.unlink(missing_ok=True)
                 # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
                 child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache,
