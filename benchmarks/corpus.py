@@ -149,8 +149,12 @@ def run(a, b):
     ),
     Kernel(
         "liger_softmax", _case("liger softmax"),
+        # The single-block kernel: what upstream launches for rows up to 65536 wide. The multi-block
+        # one does not compile under the device's Triton 3.6 (`tl.float32(-float("inf"))`: a dtype
+        # is not callable there; H200, benchmarks/results-h200-session5/corpus-b.json), in any of 96
+        # configurations. The block must hold the whole row, so the space starts at the row width.
         '''import torch
-from liger_kernel.ops.softmax import _softmax_multi_block_forward_kernel as KERNEL
+from liger_kernel.ops.softmax import _softmax_single_block_forward_kernel as KERNEL
 
 
 def run(x):
@@ -158,15 +162,14 @@ def run(x):
     x2 = x.contiguous().view(-1, n_cols)
     y = torch.empty_like(x2)
     BLOCK_SIZE = $BLOCK_SIZE
-    KERNEL[(x2.shape[0],)](y, y.stride(0), x2, x2.stride(0), n_cols, BLOCK_SIZE=BLOCK_SIZE, num_warps=$num_warps,
-                           num_stages=$num_stages)
+    KERNEL[(x2.shape[0],)](y, y.stride(0), x2, x2.stride(0), n_cols, BLOCK_SIZE=BLOCK_SIZE, num_warps=$num_warps)
     return y.view(x.shape)
 ''',
         '''import torch
 import triton
-from liger_kernel.ops.softmax import _softmax_multi_block_forward_kernel
+from liger_kernel.ops.softmax import _softmax_single_block_forward_kernel
 
-KERNEL = triton.autotune(configs=$configs, key=["n_cols"])(_softmax_multi_block_forward_kernel)
+KERNEL = triton.autotune(configs=$configs, key=["n_cols"])(_softmax_single_block_forward_kernel)
 
 
 def run(x):
@@ -176,9 +179,9 @@ def run(x):
     KERNEL[(x2.shape[0],)](y, y.stride(0), x2, x2.stride(0), n_cols)
     return y.view(x.shape)
 ''',
-        (("BLOCK_SIZE", (256, 512, 1024, 2048, 4096, 8192)), ("num_warps", (2, 4, 8, 16)),
-         ("num_stages", (1, 2, 3, 4))),
-        {"BLOCK_SIZE": 256, "num_warps": 16, "num_stages": 3}, None, ("BLOCK_SIZE",), {},
+        (("BLOCK_SIZE", (8192, 16384, 32768)), ("num_warps", WARPS)),
+        # upstream: liger_kernel.ops.utils.calculate_settings(8192) = (8192, 16)
+        {"BLOCK_SIZE": 32768, "num_warps": 2}, {"BLOCK_SIZE": 8192, "num_warps": 16}, ("BLOCK_SIZE",),
     ),
     Kernel(
         "liger_dyt", _case("liger dyt"),
@@ -277,6 +280,42 @@ def run(x):
     return p
 ''',
         (("num_warps", WARPS),), {"num_warps": 1},
+    ),
+    Kernel(
+        "flashinfer_silu_and_mul", _case("flashinfer silu_and_mul"),
+        # corpus.md's "tuning headroom" case: upstream launches it with a fixed BLOCK_SIZE=1024 and
+        # Triton's default 4 warps.
+        '''import torch
+import triton
+from flashinfer.triton.kernels.activation import silu_and_mul_kernel as KERNEL
+
+
+def run(x):
+    b, n = x.shape
+    d = n // 2
+    o = torch.empty((b, d), dtype=x.dtype, device=x.device)
+    BLOCK_SIZE = $BLOCK_SIZE
+    KERNEL[(b, triton.cdiv(d, BLOCK_SIZE))](o, o.stride(0), None, x, x.stride(0), None, d, BLOCK_SIZE=BLOCK_SIZE,
+                                            HAS_X_SCALE=False, HAS_O_SCALE=False, num_warps=$num_warps)
+    return o
+''',
+        '''import torch
+import triton
+from flashinfer.triton.kernels.activation import silu_and_mul_kernel
+
+KERNEL = triton.autotune(configs=$configs, key=["d"])(silu_and_mul_kernel)
+
+
+def run(x):
+    b, n = x.shape
+    d = n // 2
+    o = torch.empty((b, d), dtype=x.dtype, device=x.device)
+    grid = lambda meta: (b, triton.cdiv(d, meta["BLOCK_SIZE"]))  # noqa: E731
+    KERNEL[grid](o, o.stride(0), None, x, x.stride(0), None, d, HAS_X_SCALE=False, HAS_O_SCALE=False)
+    return o
+''',
+        (("BLOCK_SIZE", (256, 512, 1024, 2048, 4096, 8192, 16384)), ("num_warps", WARPS)),
+        {"BLOCK_SIZE": 256, "num_warps": 32}, {"BLOCK_SIZE": 1024, "num_warps": 4}, ("BLOCK_SIZE",),
     ),
 ]  # fmt: skip
 
@@ -500,8 +539,10 @@ def _solution(kernel: Kernel, point: Mapping[str, int]) -> Any:
                     (SourceFile(LAUNCHER, kernel.source(point)),))  # fmt: skip
 
 
-def point_of(kernel: Kernel, params: Mapping[str, Any]) -> dict[str, int] | None:
-    """The swept point a tuner candidate's knob settings name, or None when it leaves the space."""
+def point_of(kernel: Kernel, params: Mapping[str, Any], *, swept_only: bool = False) -> dict[str, int] | None:
+    """The swept point a tuner candidate's knob settings name, or None when it leaves the space.
+    ``swept_only``: read the swept knobs alone, whatever the others were moved to (the nearest
+    swept point of an end-to-end winner that also moved, say, num_stages on a loop-free kernel)."""
     names = dict(kernel.space)
     point: dict[str, int] = {}
     for key, value in params.items():
@@ -510,9 +551,16 @@ def point_of(kernel: Kernel, params: Mapping[str, Any]) -> dict[str, int] | None
             if int(value) not in names[short]:
                 return None
             point[short] = int(value)
-        elif int(value) != kernel.defaults.get(short, int(value)):
+        elif int(value) != kernel.defaults.get(short, int(value)) and not swept_only:
             return None
     return point if set(point) == set(names) else None
+
+
+def unswept(kernel: Kernel, params: Mapping[str, Any]) -> dict[str, int]:
+    """The knobs of ``params`` outside the swept space that are not at the wrapper's own values."""
+    names = dict(kernel.space)
+    moved = {str(k).rsplit(":", 1)[-1]: int(v) for k, v in params.items()}
+    return {k: v for k, v in moved.items() if k not in names and v != kernel.defaults.get(k, v)}
 
 
 def replay(kernel: Kernel, points: Mapping[str, Mapping[str, Any]], start: Mapping[str, int], strategy: str,
@@ -628,12 +676,14 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
         if (out / kernel.name / name).exists():
             (keep / name).write_text((out / kernel.name / name).read_text())
     winner = res.get("winner") or {}
-    point = point_of(kernel, winner.get("params", {})) if winner else None
+    params = winner.get("params", {})
+    point = point_of(kernel, params, swept_only=True) if winner else None
     best_search = max((c["best_speedup"] for c in res.get("curve", [])), default=None)
     return {"rc": rc, "wall_s": round(wall, 1), "evaluations": res.get("evaluations"),
             "stop_reason": res.get("stop_reason"), "best_search_speedup": best_search,
             "winner_speedup": winner.get("speedup"), "winner_config": kernel.key(point) if point else None,
-            "winner_params": winner.get("params"), "report": str(keep / "report.md")}  # fmt: skip
+            "winner_unswept": unswept(kernel, params), "winner_params": params or None,
+            "report": str(keep / "report.md")}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- main
@@ -759,9 +809,13 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
             predicted = None
             if e.get("winner_config") and row.get("sweep", {}).get(e["winner_config"], {}).get("ms"):
                 predicted = row["sweep"][row["pr"]]["ms"] / row["sweep"][e["winner_config"]]["ms"]
+            # A knob the sweep held fixed (num_stages on a loop-free kernel) is named: the replay's
+            # figure is then that of the nearest swept point, not of the winner itself.
+            extra = ", ".join(f"{k}={v}" for k, v in (e.get("winner_unswept") or {}).items())
+            config = f"{e.get('winner_config')}" + (f" (and {extra}, not swept)" if extra else "")
             print(f"| {row['kernel']} | {e.get('evaluations')} | {e.get('wall_s')} | "
                   f"{_fmt(e.get('best_search_speedup'), '.2f')} | {_fmt(e.get('winner_speedup'), '.2f')} | "
-                  f"{e.get('winner_config')} | {_fmt(predicted, '.2f')} | {e.get('stop_reason')} |")  # fmt: skip
+                  f"{config} | {_fmt(predicted, '.2f')} | {e.get('stop_reason')} |")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,7 +50,7 @@ step() {  # one step; its files under $base/$1
       KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
         "$repo/tests/test_gpu.py" -k "${tiers[$1]}" ;;
     corpus-a) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_swiglu,liger_dyt,liger_rms_norm,fla_softmax ;;
-    corpus-b) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_softmax --profile ;;
+    corpus-b) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_softmax,flashinfer_silu_and_mul --profile ;;
     corpus-c) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --no-sweep --sweep-json "$base/corpus-a/corpus.json" \
                 --e2e liger_swiglu --e2e-budget 16 --e2e-minutes 4 ;;
     overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;

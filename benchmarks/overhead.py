@@ -9,9 +9,10 @@ does not record, the programmer's time (an LLM call; near 0 for the tuner), meas
 ``propose``. Prints two markdown tables and writes DIR/overhead.json.
 
 Stages of one candidate (all inside its sandboxed child except "programmer" and "profile"):
-spawn = child wall time not inside any phase (interpreter start, request/result I/O, timeline);
+spawn = child wall time not inside any phase (fork or interpreter start, request/result I/O, exit);
 startup = imports (torch, triton) and CUDA init; build = importing/compiling the candidate;
-verify = correctness trials; time = timed calls. On the CPU (Triton interpreter) the proportions are
+verify = correctness trials; time = timed calls; timeline = the launch timeline recorded after
+timing (torch.profiler: CUPTI's start-up). On the CPU (Triton interpreter) the proportions are
 not the GPU's: run it on the GPU machine for the real table (about 2 minutes with the default budget).
 """
 
@@ -36,7 +37,7 @@ from kernelpro.runner.programmers import load as load_programmer
 from kernelpro.runner.search import Scored
 from kernelpro.settings import Settings
 
-STAGES = ("spawn", "startup", "build", "verify", "time")
+STAGES = ("spawn", "startup", "build", "verify", "time", "timeline")
 
 
 @dataclass
@@ -65,7 +66,8 @@ def candidate_stages(outcome: dict[str, Any]) -> dict[str, float]:
     """Seconds by stage of one journaled evaluation."""
     phases = outcome.get("phases") or {}
     inside = {"startup": float(phases.get("startup", 0.0)), "build": float(outcome.get("build_seconds", 0.0)),
-              "verify": float(phases.get("verify", 0.0)), "time": float(phases.get("time", 0.0))}  # fmt: skip
+              "verify": float(phases.get("verify", 0.0)), "time": float(phases.get("time", 0.0)),
+              "timeline": float(phases.get("timeline", 0.0))}  # fmt: skip
     wall = float(outcome.get("wall_seconds", 0.0))
     return {"spawn": max(0.0, wall - sum(inside.values())), **inside, "wall": wall}
 

@@ -8,6 +8,7 @@ not permitted, no cuobjdump) becomes a note in the Profile, and the loop goes on
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import threading
@@ -50,6 +51,32 @@ def start_standby(solution: Solution, ps: ProfileSettings) -> NcuStandby | None:
     return NcuStandby(ncu, imports_of(solution), timeout_s=ps.timeout_s) if ncu is not None else None
 
 
+def merge_cache(src: Path, dst: Path) -> int:
+    """Copy into the Triton cache ``dst`` the regular files of ``src`` it lacks; the count copied.
+
+    A file ``dst`` already has is left alone: Triton's cache paths are content hashes, and a standby
+    may have loaded it. On the H200 the standby of fla softmax died with exit code 11 in 3 runs of 3
+    while Liger's never did (benchmarks/results-h200-session5/); fla's import asks Triton's driver
+    about the GPU, which builds and loads ``cuda_utils.so`` from the standby's cache, and
+    ``shutil.copytree`` then rewrote that loaded library in place with the evaluation's copy. Each
+    new file therefore arrives whole under a temporary name and is renamed into place. Symbolic
+    links are not followed: ``src`` was written by the candidate's own child, and a link there must
+    not copy a file of the runner's into a directory the next child reads."""
+    copied = 0
+    for root, _dirs, files in os.walk(src):  # followlinks=False: a linked folder is not entered
+        for name in sorted(files):
+            path = Path(root, name)
+            target = dst / path.relative_to(src)
+            if path.is_symlink() or not path.is_file() or target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{name}.{os.getpid()}.part")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, target)
+            copied += 1
+    return copied
+
+
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
          ps: ProfileSettings, cache: Path, stages: dict[str, float],
          standby: NcuStandby | None = None) -> tuple[list, list[str]]:  # fmt: skip
@@ -68,9 +95,11 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                 (child, seconds), out = taken, standby.log
                 stages["ncu.standby"] = standby.up_s
             else:
-                if taken is not None:
+                if standby is not None and taken is not None:
                     # Whatever broke the standby (ncu, the wait, the candidate), one fresh child decides.
-                    notes.append(f"the standby ncu child failed ({taken[0].status}: {taken[0].log.strip()[-200:]}); "
+                    # ncu writes its own words (the crash, the signal) to its log file, not to stderr.
+                    said = f"{taken[0].log.strip()} {_tail_of(standby.log)}".strip()
+                    notes.append(f"the standby ncu child failed ({taken[0].status}: {said[-300:]}); "
                                  "profiled in a fresh one")  # fmt: skip
                 out = Path(tmp) / "ncu.csv"
                 out.unlink(missing_ok=True)
@@ -95,6 +124,14 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                 return [], notes_for(said, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]
             return [], notes_for(said, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]
         return kernels, notes
+
+
+def _tail_of(path: Path, chars: int = 300) -> str:
+    """The last ``chars`` of a text file, on one line; empty when it is absent."""
+    try:
+        return " ".join(path.read_text(errors="replace")[-chars:].split())
+    except OSError:
+        return ""
 
 
 def _child_stages(stages: dict[str, float], name: str, seconds: float, result: Any) -> None:
@@ -185,10 +222,11 @@ def _profile(definition: Definition, solution: Solution, workloads: Sequence[Wor
     sass = None
     stages: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
-        # Fresh (or the standby's own, still empty), so every cubin in it is this candidate's.
+        # Fresh, or the standby's own: every cubin in it is this candidate's (a standby's imports may
+        # have put Triton's driver stubs there, never a kernel of ours).
         cache = standby.cache if standby is not None and ps.ncu else Path(tmp) / "triton-cache"
         if triton_cache is not None and triton_cache.is_dir():
-            shutil.copytree(triton_cache, cache, dirs_exist_ok=True)
+            merge_cache(triton_cache, cache)
         ready: dict[Path, str] = {}
         early = threading.Thread(target=_disassemble_all, args=(cache, ready), daemon=True)
         if ps.sass:

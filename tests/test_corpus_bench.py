@@ -32,7 +32,8 @@ def corpus() -> ModuleType:
 
 def test_every_corpus_space_is_what_the_tuner_can_reach(corpus: ModuleType) -> None:
     names = [k.name for k in corpus.KERNELS]
-    assert names == ["liger_swiglu", "liger_softmax", "liger_dyt", "liger_rms_norm", "fla_softmax"]
+    assert names == ["liger_swiglu", "liger_softmax", "liger_dyt", "liger_rms_norm", "fla_softmax",
+                     "flashinfer_silu_and_mul"]
     for k in [*corpus.KERNELS, corpus.TINY]:
         src = k.source(k.pr)
         knobs = {kn.name.rsplit(":", 1)[-1]: kn for kn in find_knobs(src)}
@@ -60,6 +61,13 @@ def test_a_tuner_candidate_maps_to_its_swept_point(corpus: ModuleType) -> None:
     assert corpus.point_of(k, {"launcher.py::run:BLOCK_SIZE": 1024, "launcher.py::run:num_warps": 4,
                                "launcher.py::run:num_stages": 2}) is None  # fmt: skip
     assert corpus.point_of(k, {"launcher.py::run:BLOCK_SIZE": 32, "launcher.py::run:num_warps": 4}) is None
+    # The end-to-end table's reading of a winner that also moved num_stages: the H200's liger_swiglu
+    # winner (benchmarks/results-h200-session5/corpus-c.json), whose config the table had printed as None.
+    won = {"launcher.py::run:BLOCK_SIZE": 1024, "launcher.py::run:num_warps": 4, "launcher.py::run:num_stages": 4}
+    assert corpus.point_of(k, won) is None
+    assert corpus.point_of(k, won, swept_only=True) == {"BLOCK_SIZE": 1024, "num_warps": 4}
+    assert corpus.unswept(k, won) == {"num_stages": 4}
+    assert corpus.unswept(k, {**won, "launcher.py::run:num_stages": 3}) == {}
 
 
 def test_the_tiny_cpu_run_sweeps_autotunes_replays_and_runs_kernelpro(

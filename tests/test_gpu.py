@@ -116,6 +116,7 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     es = EvalSettings(device="cuda", timeline=True)
     outcome = evaluate(d, sol, w, Tolerance(), es)  # the loop's evaluation also records the timeline
     assert outcome.passed and outcome.timeline and "error" not in outcome.timeline, outcome.timeline
+    assert outcome.phases.get("timeline", 0.0) > 0, outcome.phases  # its own stage (benchmarks/overhead.py)
     timeline = Timeline(**{**outcome.timeline, "kernels": tuple(outcome.timeline["kernels"])})
     assert timeline.launch_overhead_pct < 20, timeline  # one kernel per call: no launch-overhead finding
     prof, secs = profile_candidate(d, sol, w, es, timeline=timeline)

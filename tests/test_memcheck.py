@@ -54,7 +54,7 @@ def test_errors_fail_the_candidate_with_memchecks_own_words(tmp_path: Path, monk
 
 
 def test_host_frames_never_crowd_out_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Lines as the H200 printed them (benchmarks/results-h200-gpu-tier1-session4.log).
+    # Lines as the H200 printed them (the GPU tier on the H200, session 4; that log was not kept).
     frames = "\n".join(f"=========         Host Frame: _PyEval_EvalFrameDefault [0x{i:x}] in python3" for i in range(12))
     _fake(tmp_path, monkeypatch, f"cat <<'EOF'\n{ERRORS.replace('========= ERROR', frames + chr(10) + '========= ERROR')}\nEOF\nexit 99")
     m = _run(tmp_path)

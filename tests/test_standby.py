@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernelpro.runner.evaluator import EvalSettings, _request
-from kernelpro.runner.profiler import ProfileSettings, _ncu, start_standby
+from kernelpro.runner.profiler import ProfileSettings, _ncu, _profile, merge_cache, start_standby
 from kernelpro.runner.standby import NcuStandby, imports_of
 from kernelpro.runner.target import Tolerance
 from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
@@ -42,7 +42,7 @@ echo "$@" >> "{tmp_path}/args"
 prev=""
 while [ $# -gt 0 ]; do
   a="$1"; shift
-  if [ "$prev" = "--log-file" ]; then cat "{H200 / "ncu_full_raw_tuned.csv"}" > "$a"; break; fi
+  if [ "$prev" = "--log-file" ]; then log="$a"; cat "{H200 / "ncu_full_raw_tuned.csv"}" > "$a"; break; fi
   prev="$a"
 done
 exec "$@"
@@ -108,8 +108,9 @@ def test_a_standby_that_fails_gives_way_to_a_fresh_child_and_says_so(tmp_path: P
     """Should ncu not take to a process that waits before CUDA (not seen on the H200 yet), the
     profile is still taken, in a fresh child, and the note says what happened."""
     # This ncu gives up on a standby request (the harness's request.json says mode standby).
+    # Like ncu, it says why in its log file, not on stderr (the H200's crashed standby left no stderr).
     refuse = ('for a in "$@"; do case "$a" in *request.json) grep -q standby "$a" && '
-              '{ echo "==ERROR== the application did not connect"; exit 7; };; esac; done\n')
+              '{ echo "==ERROR== the application did not connect" >> "$log"; exit 7; };; esac; done\n')
     fake_ncu.write_text(fake_ncu.read_text().replace('exec "$@"', refuse + 'exec "$@"'))
     sb = NcuStandby(str(fake_ncu), [], timeout_s=60)
     stages: dict[str, float] = {}
@@ -119,6 +120,75 @@ def test_a_standby_that_fails_gives_way_to_a_fresh_child_and_says_so(tmp_path: P
         sb.close()
     assert [k.name for k in kernels] == ["_swiglu_kernel"] and "ncu.standby" not in stages
     assert len(notes) == 1 and "standby ncu child failed (CRASHED" in notes[0] and "did not connect" in notes[0], notes
+
+
+STUB = """import mmap, os, pathlib, signal
+# A package whose import builds and loads a library into the Triton cache, as fla's import builds
+# and loads Triton's cuda_utils.so there (fla/utils/hardware.py asks the driver at import time).
+_path = pathlib.Path(os.environ["TRITON_CACHE_DIR"], "stub", "cuda_utils.so")
+if not _path.exists():
+    _path.parent.mkdir(parents=True, exist_ok=True)
+    _path.write_bytes(b"A" * 4096)
+_file = open(_path, "rb")
+_map = mmap.mmap(_file.fileno(), 0, access=mmap.ACCESS_READ)
+_seen = bytes(_map[:])
+
+
+def check():
+    if bytes(_map[:]) != _seen:  # the loaded code changed under the process: what a SIGSEGV follows
+        os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def test_filling_the_standbys_cache_leaves_what_it_loaded_alone(tmp_path: Path, fake_ncu: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """On the H200 the standby of fla softmax died with exit code 11 in 3 runs of 3, Liger's never:
+    fla's import loads a library from the Triton cache, and the profiler then copied the evaluation's
+    cache over the standby's, rewriting that library in place. The evaluation's cache is merged in
+    without touching a file the standby has."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "kp_stub_loader.py").write_text(STUB)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")])))
+    solution = _solution("import kp_stub_loader\ndef swiglu(a, b):\n    kp_stub_loader.check()\n    return a * b\n")
+    evaluated = tmp_path / "evaluated-cache"  # the evaluation child's Triton cache: the same library, rebuilt
+    (evaluated / "stub").mkdir(parents=True)
+    (evaluated / "stub" / "cuda_utils.so").write_bytes(b"B" * 4096)
+    (evaluated / "kern").mkdir()
+    (evaluated / "kern" / "_swiglu_kernel.cubin").write_bytes(b"cubin")
+    (evaluated / "kern" / "link.cubin").symlink_to(tmp_path / "secret")
+    (tmp_path / "secret").write_text("the runner's own file")
+    sb = NcuStandby(str(fake_ncu), imports_of(solution), timeout_s=60)
+    try:
+        assert imports_of(solution) == ("kp_stub_loader",)
+        deadline = time.monotonic() + 60
+        while not (sb.cache / "stub" / "cuda_utils.so").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the standby's import has loaded the library
+        profile = _profile(DEFINITION, solution, [WORKLOAD], EvalSettings(device="cpu"),
+                           ProfileSettings(sass=False, timeline=False), None, evaluated, sb)  # fmt: skip
+        assert (sb.cache / "stub" / "cuda_utils.so").read_bytes() == b"A" * 4096
+        assert (sb.cache / "kern" / "_swiglu_kernel.cubin").read_bytes() == b"cubin"
+        assert not (sb.cache / "kern" / "link.cubin").exists()  # a link of the candidate's is not followed
+    finally:
+        sb.close()
+    assert profile.notes == () and [k.name for k in profile.kernels] == ["_swiglu_kernel"], profile.notes
+    assert len((fake_ncu.parent.parent / "args").read_text().splitlines()) == 1  # the standby did the profile
+
+
+def test_merge_cache_adds_only_what_is_missing_and_never_rewrites_in_place(tmp_path: Path) -> None:
+    import mmap
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "a").mkdir(parents=True)
+    (dst / "a").mkdir(parents=True)
+    (src / "a" / "lib.so").write_bytes(b"new" * 100)
+    (src / "a" / "k.cubin").write_bytes(b"k")
+    (dst / "a" / "lib.so").write_bytes(b"old" * 100)
+    with open(dst / "a" / "lib.so", "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert merge_cache(src, dst) == 1
+        assert m[:3] == b"old"
+    assert (dst / "a" / "k.cubin").read_bytes() == b"k" and merge_cache(src, dst) == 0
+    assert not any(p.name.endswith(".part") for p in dst.rglob("*"))
 
 
 def test_the_time_limit_counts_from_the_request(fake_ncu: Path) -> None:
