@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .toolkit import find_tool
+from .toolkit import find_tool, first_visible_gpu
 
 __all__ = [
     "DEFAULT_FLAGS",
@@ -104,12 +104,14 @@ def arch_for(major: int, minor: int) -> str:
 def default_arch() -> str:
     """The visible GPU's architecture, from nvidia-smi so the calling process does not initialise
     CUDA (the loop's parent process never touches the GPU); sm_90a (H100/H200) without a GPU.
+    nvidia-smi is asked about the GPU CUDA children see first (it ignores CUDA_VISIBLE_DEVICES).
     The harness child asks torch instead; when the two disagree the child simply builds its own."""
     smi = shutil.which("nvidia-smi")
     if smi:
+        gpu = first_visible_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"))
         with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-            p = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
-                               text=True, timeout=30, env=_env(None))  # fmt: skip
+            p = subprocess.run([smi, *(["-i", gpu] if gpu else []), "--query-gpu=compute_cap", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=30, env=_env(None))  # fmt: skip
             first = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
             if re.fullmatch(r"[0-9]+\.[0-9]+", first.strip()):
                 major, minor = first.strip().split(".")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .profile import KernelProfile, Profile
+from .toolkit import first_visible_gpu
 
 ENERGY_MODES = ("off", "passive", "active")
 
@@ -82,13 +83,10 @@ class EnergyUnavailable(RuntimeError):
 
 
 def visible_gpu(visible: str | None) -> str:
-    """The GPU that CUDA children see first, as NVML names it: the first entry of
-    CUDA_VISIBLE_DEVICES (``visible``; None: unset, so GPU 0). NVML ignores that variable and counts
-    every GPU of the host, so without this a runner pinned to GPU 1 would read GPU 0's energy. An
-    index means the same GPU to both where the host's GPUs are all alike (CUDA then orders them by
-    PCI bus, as NVML does) or CUDA_DEVICE_ORDER=PCI_BUS_ID is set; a UUID is exact."""
-    first = ("0" if visible is None else visible).split(",")[0].strip()
-    if not first or first == "-1" or first.startswith("MIG-"):
+    """The GPU to read the energy of: the one CUDA children see first (``first_visible_gpu`` of
+    CUDA_VISIBLE_DEVICES), or EnergyUnavailable where that is no whole GPU."""
+    first = first_visible_gpu(visible)
+    if first is None:
         raise EnergyUnavailable(f"NVML energy: CUDA_VISIBLE_DEVICES={visible!r} names no whole GPU to measure "
                                 "(energy is counted per physical GPU; MIG instances have no counter of their own)")  # fmt: skip
     return first

@@ -387,6 +387,15 @@ def test_default_arch_asks_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Monkey
         smi.write_text(f"#!/bin/sh\nprintf '{out}'\n")
         smi.chmod(0o755)
         assert default_arch() == want, out
+    # A host of an sm_90 GPU 0 and an sm_86 GPU 1, the runner pinned to GPU 1: asked about GPU 1.
+    smi.write_text('#!/bin/sh\n[ "$1" = -i ] || { printf "9.0\\n8.6\\n"; exit; }\n'
+                   'case "$2" in 0) echo 9.0;; 1|GPU-b) echo 8.6;; *) exit 6;; esac\n')  # fmt: skip
+    for visible, want in (("1", "sm_86"), ("GPU-b,0", "sm_86"), ("0", "sm_90a"), (None, "sm_90a"), ("MIG-x", "sm_90a")):
+        if visible is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert default_arch() == want, visible
 
 
 EXT_CONFIG = """\
