@@ -617,6 +617,42 @@ def test_profiling_with_a_standby_ncu_child(tmp_path):
     assert "ncu.standby" in dict(warm.stages) and warm_s < cold_s, (warm_s, cold_s, warm.stages, cold.stages)
 
 
+def test_profiling_with_a_standby_whose_imports_load_tritons_driver(tmp_path, monkeypatch):
+    """fla's import asks Triton's driver about the GPU, which builds and loads cuda_utils.so in the
+    standby's Triton cache. On the H200 each fla standby then died with exit code 11 (session 5),
+    most likely because the profiler copied the evaluation's cache over the standby's, rewriting that
+    loaded library in place. A package that does the same at import must leave the standby whole
+    (runner/profiler.merge_cache)."""
+    from kernelpro.runner.evaluator import EvalSettings, evaluate, reference_ready
+    from kernelpro.runner.profiler import ProfileSettings, profile_candidate, start_standby
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "kp_driver_at_import.py").write_text(
+        "import triton\n"
+        "# as fla/utils/hardware.py does at import time\n"
+        "SMS = triton.runtime.driver.active.utils.get_device_properties(0)['multiprocessor_count']\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")])))
+    d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
+    src = "import kp_driver_at_import\n" + (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
+    sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+    w = [Workload.make(d, {"M": 4096})]
+    # Fresh children: a fork server started by an earlier test would not have this PYTHONPATH.
+    es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache", fork_server=False)
+    assert reference_ready(d, sol, w, Tolerance(), es)
+    standby = start_standby(sol, ProfileSettings(timeline=False))
+    assert standby is not None and standby.preload[0] == "kp_driver_at_import"
+    assert evaluate(d, sol, w, Tolerance(), es).passed
+    assert any(p.name.startswith("cuda_utils") for p in (tmp_path / "cache").rglob("*"))  # the evaluation built it too
+    warm, _ = profile_candidate(d, sol, w, es, ProfileSettings(timeline=False), triton_cache=tmp_path / "cache",
+                                standby=standby)  # fmt: skip
+    assert warm.notes == () and "ncu.standby" in dict(warm.stages), (warm.notes, warm.stages)
+    assert [k.name for k in warm.kernels] and warm.main is not None
+
+
 def test_memcheck_refuses_an_out_of_bounds_read_in_the_gate(tmp_path):
     """A kernel that reads one element past its input gives the right outputs (the value is masked
     out of the store) and is faster: only compute-sanitizer memcheck sees it, and the gate refuses."""
