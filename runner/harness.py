@@ -711,7 +711,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
 def _standby(req: Mapping[str, Any], workdir: Path) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """``mode: standby``: an ncu child started before it is needed (runner/standby.py). It pays
     Python's, torch's and the kernel package's imports while the loop does other work, then waits,
-    with no CUDA context, for the parent to write the real request to ``go.json``. Gives up (None)
+    launching nothing, for the parent to write the real request to ``go.json``. Gives up (None)
     when the parent's heartbeat file goes stale (the parent died) or after ``wait_s``."""
     preloaded, failed = [], []
     for name in req.get("preload", ()):

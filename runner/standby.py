@@ -4,8 +4,10 @@ On the H200 profiling Liger's swiglu took 19 s, of which the ncu child spent 12 
 liger_kernel (it pulls in peft and torch._dynamo) and 4 s starting Python and torch
 (benchmarks/results-h200-corpus_profile-session4.json). None of that depends on the candidate. A
 standby is the ncu child of the next profile, started as soon as the previous one is done: it
-imports the target's packages and then waits, with no CUDA context (nothing of it reaches the GPU,
-so timing elsewhere is undisturbed), for the parent to hand it the candidate's request. The loop
+imports the target's packages and then waits, launching nothing (so timing elsewhere is
+undisturbed; a package whose import asks the driver about the GPU, as fla's does, initialises CUDA
+and loads Triton's driver stub from the standby's cache, which the profiler therefore never
+rewrites: runner/profiler.merge_cache), for the parent to hand it the candidate's request. The loop
 then pays for CUDA, the candidate's own module and the profiled call only.
 
 Inside, it is the same sandboxed child as any profile (runner/sandbox.py, harness ``mode:
