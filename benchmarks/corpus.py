@@ -547,22 +547,25 @@ def point_of(kernel: Kernel, params: Mapping[str, Any], *, swept_only: bool = Fa
     swept point of an end-to-end winner that also moved, say, num_stages on a loop-free kernel)."""
     names = dict(kernel.space)
     point: dict[str, int] = {}
-    for key, value in params.items():
-        short = str(key).rsplit(":", 1)[-1]
+    for short, value in _knobs(params):
         if short in names:
-            if int(value) not in names[short]:
+            if value not in names[short]:
                 return None
-            point[short] = int(value)
-        elif int(value) != kernel.defaults.get(short, int(value)) and not swept_only:
-            return None
+            point[short] = value
+    if not swept_only and unswept(kernel, params):
+        return None
     return point if set(point) == set(names) else None
 
 
 def unswept(kernel: Kernel, params: Mapping[str, Any]) -> dict[str, int]:
     """The knobs of ``params`` outside the swept space that are not at the wrapper's own values."""
     names = dict(kernel.space)
-    moved = {str(k).rsplit(":", 1)[-1]: int(v) for k, v in params.items()}
-    return {k: v for k, v in moved.items() if k not in names and v != kernel.defaults.get(k, v)}
+    return {k: v for k, v in dict(_knobs(params)).items() if k not in names and v != kernel.defaults.get(k, v)}
+
+
+def _knobs(params: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """A tuner candidate's knob settings by short name ("launcher.py::run:BLOCK_SIZE" -> "BLOCK_SIZE")."""
+    return [(str(k).rsplit(":", 1)[-1], int(v)) for k, v in params.items()]
 
 
 def replay(kernel: Kernel, points: Mapping[str, Mapping[str, Any]], start: Mapping[str, int], strategy: str,
