@@ -287,6 +287,11 @@ def verdict(replay: Replay, direction: str, r: Mapping[str, Any]) -> dict[str, A
     # > 1: the base branch's kernel is faster than the pull request's (the PR regressed).
     base_vs_head = float(base.get("speedup_vs_head") or 0.0) if base_ok and head_ok else math.nan
     found = float(r["winner"]["speedup"]) if r.get("winner") else 1.0
+    # The runner's reading of its side-by-side measurement (head, base, head); by the margin alone otherwise.
+    reading = base.get("verdict") or ("" if not math.isfinite(base_vs_head) else "slower" if base_vs_head >= GAMMA
+                                      else "faster" if base_vs_head <= 1 / GAMMA else "on par")  # fmt: skip
+    span = (f" ({1 / base['high']:.3f}-{1 / base['low']:.3f})" if math.isfinite(base_vs_head) and base.get("low")
+            and base.get("high") else "")  # fmt: skip
     if replay.expect == "compile":
         broken = "head" if direction == "forward" else "base"
         status = r["baseline"]["status"] if broken == "head" else base.get("status", "not measured")
@@ -297,23 +302,22 @@ def verdict(replay: Replay, direction: str, r: Mapping[str, Any]) -> dict[str, A
     elif not head_ok:
         ok, text = False, f"the PR's kernel failed: {r['baseline']['status']}"
     elif replay.expect == "noise":
-        noise = math.isfinite(base_vs_head) and abs(math.log(base_vs_head)) < math.log(GAMMA)
-        ok = noise
-        text = (f"PR vs base {1 / base_vs_head:.3f}x: {'within' if noise else 'outside'} the {GAMMA:.2f}x gate margin"
+        ok = reading == "on par"
+        text = (f"PR vs base {1 / base_vs_head:.3f}x{span}: {'within' if ok else 'outside'} the {GAMMA:.2f}x gate margin"
                 if math.isfinite(base_vs_head) else "base branch not measured")  # fmt: skip
     elif replay.expect == "gain" and direction == "reverse":
-        seen = math.isfinite(base_vs_head) and base_vs_head >= GAMMA
+        seen = reading == "slower"
         recovered = seen and found >= 0.95 * base_vs_head
         ok = seen
-        text = (f"base {base_vs_head:.3f}x the PR's speed: regression {'seen' if seen else 'not seen'}; "
+        text = (f"PR vs base {1 / base_vs_head:.3f}x{span}: regression {'seen' if seen else 'not seen'}; "
                 f"search found {found:.3f}x ({'recovered' if recovered else 'not recovered'})"
                 if math.isfinite(base_vs_head) else "base branch not measured")  # fmt: skip
     elif replay.expect == "gain":
-        ok = math.isfinite(base_vs_head) and base_vs_head <= 1 / GAMMA
-        text = f"PR vs base {1 / base_vs_head:.3f}x" if math.isfinite(base_vs_head) else "base branch not measured"
+        ok = reading == "faster"
+        text = f"PR vs base {1 / base_vs_head:.3f}x{span}: {reading}" if math.isfinite(base_vs_head) else "base branch not measured"
     else:
         ok = math.isfinite(base_vs_head)
-        text = f"PR vs base {1 / base_vs_head:.3f}x" if ok else "base branch not measured"
+        text = f"PR vs base {1 / base_vs_head:.3f}x{span}: {reading}" if ok else "base branch not measured"
     return {"answered": ok, "verdict": text, "pr_vs_base": (1 / base_vs_head) if base_vs_head else math.nan,
             "found": found}  # fmt: skip
 

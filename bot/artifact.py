@@ -286,6 +286,14 @@ class BaseBranch:
     """Its evaluation status."""
     speedup_vs_head: float | None
     """Base branch's speedup over the PR's kernel (> 1: the PR made it slower); None if unknown."""
+    low: float | None = None
+    """Lower end of that speedup's range (head p10 / base p90), measured side by side."""
+    high: float | None = None
+    """Upper end (head p90 / base p10)."""
+    verdict: str = ""
+    """The runner's reading against its margin: slower, faster, on par, not compared ('' if absent)."""
+    head_drift: float | None = None
+    """How far apart the PR kernel's two interleaved medians were (a fraction)."""
 
 
 @dataclass(frozen=True)
@@ -465,6 +473,8 @@ class _Reader:
 
 
 _SPEEDUP_MAX = 1e6
+_VERDICTS = frozenset({"", "slower", "faster", "on par", "not compared"})
+"""The runner's readings of the PR against its base branch (runner/basebranch.py); '' in older artifacts."""
 _MS_MAX = 1e7
 
 
@@ -651,8 +661,14 @@ def _target(r: _Reader, v: Any, where: str, allowed: Mapping[str, Sequence[str]]
         sv = r.opt_num(
             bo.get("speedup_vs_head"), f"{w}.base_branch.speedup_vs_head", 0.0, _SPEEDUP_MAX
         )
+        verdict = bo.get("verdict", "")
+        if verdict not in _VERDICTS:
+            raise r.fail(f"{w}.base_branch.verdict", f"not one of {', '.join(sorted(_VERDICTS))}")
         base_branch = BaseBranch(
-            r.name(bo.get("status", ""), f"{w}.base_branch.status"), sv or None
+            r.name(bo.get("status", ""), f"{w}.base_branch.status"), sv or None,
+            r.opt_num(bo.get("low"), f"{w}.base_branch.low", 0.0, _SPEEDUP_MAX),
+            r.opt_num(bo.get("high"), f"{w}.base_branch.high", 0.0, _SPEEDUP_MAX), verdict,
+            r.opt_num(bo.get("head_drift"), f"{w}.base_branch.head_drift", 0.0, _SPEEDUP_MAX),
         )
     gates = []
     for i, x in enumerate(r.lst(o.get("gates", []), f"{w}.gates")):

@@ -177,8 +177,10 @@ def _base_branch(t: TargetResults) -> str:
     bb = t.base_branch
     if bb is None:
         return "not timed: the base branch has no different version of this kernel"
-    if bb.status != "PASSED" or not bb.speedup_vs_head:
+    if bb.status != "PASSED":
         return f"the base branch's kernel did not pass ({md(bb.status, 60)}), so no comparison"
+    if not bb.speedup_vs_head:
+        return "not compared: a kernel failed when the two were re-measured side by side"
     rel = 1.0 / bb.speedup_vs_head
     if t.winner is not None and t.winner.workloads:
         g = _geomean(w.baseline_ms for w in t.winner.workloads)
@@ -189,12 +191,16 @@ def _base_branch(t: TargetResults) -> str:
         )
     else:
         est = ""
-    if rel < 0.97:
-        verdict = f"**the PR made this kernel slower**: its kernel runs at {_x(rel)} the speed of the base branch's"
-    elif rel > 1.03:
-        verdict = f"the PR's own change is {_x(rel)} the speed of the base branch's kernel"
+    # The runner's verdict holds its margin; an artifact without one (older runner) falls back to 3 %.
+    reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
+    span = (f" ({_x(1.0 / bb.high)}-{_x(1.0 / bb.low)}, measured side by side: head, base, head)"
+            if bb.low and bb.high else "")
+    if reading == "slower":
+        verdict = f"**the PR made this kernel slower**: its kernel runs at {_x(rel)}{span} the speed of the base branch's"
+    elif reading == "faster":
+        verdict = f"the PR's own change is {_x(rel)}{span} the speed of the base branch's kernel"
     else:
-        verdict = f"the PR's kernel is on par with the base branch's ({_x(rel)})"
+        verdict = f"the PR's kernel is on par with the base branch's ({_x(rel)}{span}): no difference beyond the margin"
     return verdict + est
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .basebranch import BaseComparison
+from .basebranch import compare as compare_base
 from .candidate import Candidate, fingerprint
 from .cubin import BuildPool, cache_root
 from .energy import (
@@ -142,6 +144,9 @@ class Result:
     """Energy mode, measurements and how they were used; None when energy is off."""
     duplicates: int = 0
     """Proposals not evaluated because they build the same code as an evaluated candidate."""
+    versus_base: BaseComparison | None = None
+    """The PR's kernel against the base branch's, measured side by side after the search (None when
+    there is no different base version, or one of them failed its evaluation)."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -159,6 +164,24 @@ def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload,
     return math.exp(sum(logs) / len(logs)) if logs else 0.0
 
 
+def _interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workload, ...], es: EvalSettings,
+                 home: Callable[..., Outcome]) -> tuple[Outcome, Outcome, Outcome]:  # fmt: skip
+    """a, b, a again: drift between evaluations (clocks, heat, load) falls on both sides."""
+    first = home(evaluate, target.definition, a, workloads, target.tolerance, es)
+    other = home(evaluate, target.definition, b, workloads, target.tolerance, es)
+    return first, other, home(evaluate, target.definition, a, workloads, target.tolerance, es)
+
+
+def _versus_base(target: Target, head: Candidate, base: Candidate, workloads: tuple[Workload, ...], s: RunSettings,
+                 schedule: Schedule | None) -> BaseComparison:  # fmt: skip
+    # The search's seeds (their reference outputs are cached) and more timed calls, as in the gate.
+    home = schedule.home if schedule is not None else lambda fn, *a: fn(*a)
+    with tempfile.TemporaryDirectory(prefix="kernelpro-versus-") as cache:
+        es = replace(s.evaluation, reps=max(s.evaluation.reps, 50), cache_dir=Path(cache))
+        return compare_base(*_interleaved(target, head.solution, base.solution, workloads, es, home), workloads,
+                            s.gamma)  # fmt: skip
+
+
 def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
           s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
@@ -169,9 +192,7 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
         es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
                      cache_dir=Path(cache))  # fmt: skip
-        b = home(evaluate, target.definition, base.solution, workloads, target.tolerance, es)
-        c = home(evaluate, target.definition, cand.solution, workloads, target.tolerance, es)
-        b2 = home(evaluate, target.definition, base.solution, workloads, target.tolerance, es)
+        b, c, b2 = _interleaved(target, base.solution, cand.solution, workloads, es, home)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
@@ -516,11 +537,14 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             first_speed = first_speed or s.speedup
     winner, energy = decide(settings.energy, target, baseline_cand.solution, passing, workloads, meter, noise, eps,
                             proxies)  # fmt: skip
+    versus = None
+    if base_branch is not None and base_branch.outcome.passed and baseline.outcome.passed:
+        versus = _versus_base(target, baseline_cand, base_branch.candidate, workloads, settings, schedule)
     if winner is not None:
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines, energy, clock=clock, duplicates=state["duplicates"])  # fmt: skip
+                   journal.skipped_lines, energy, clock=clock, duplicates=state["duplicates"], versus=versus)  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -539,10 +563,10 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
             memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
             energy: EnergyOutcome | None = None, clock: Callable[[], float] = time.perf_counter,
-            duplicates: int = 0) -> Result:  # fmt: skip
+            duplicates: int = 0, versus: BaseComparison | None = None) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
                     clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory,
-                    energy, duplicates)  # fmt: skip
+                    energy, duplicates, versus)  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

@@ -58,10 +58,11 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "seconds": round(result.seconds, 2),
         "baseline": {"status": result.baseline.outcome.status, "log": result.baseline.outcome.log[:2000],
                      "solution": result.baseline.candidate.solution.name},  # fmt: skip
-        "base_branch": None if result.base_branch is None else {
-            "status": result.base_branch.outcome.status,
-            "speedup_vs_head": result.base_branch.speedup,
-        },
+        # Only the side-by-side measurement is reported: one evaluation each, minutes apart, drifted
+        # by more than the margin on the H200 (runner/basebranch.py).
+        "base_branch": None if result.base_branch is None else result.versus_base.to_json()
+        if result.versus_base is not None else {"status": result.base_branch.outcome.status,
+                                                "speedup_vs_head": None, "verdict": "not compared"},
         "winner": None if w is None else {
             "solution": w.candidate.solution.name,
             "hash": w.candidate.key,

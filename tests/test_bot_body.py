@@ -265,3 +265,16 @@ def test_a_winner_with_memcheck_errors_is_not_a_winner(tmp_path: Path) -> None:
 
     with pytest.raises(ArtifactError, match="memcheck"):
         load_results(_with_memcheck(tmp_path, {"status": "errors", "errors": 3, "detail": "x"}), allowed_files=ALLOWED)
+
+
+def test_base_branch_comparison_shows_its_side_by_side_range(gpu: Results) -> None:
+    from kernelpro.bot.artifact import BaseBranch
+
+    # Within the margin by the runner's reading, even though the bare ratio alone would be 4 % off.
+    t = dataclasses.replace(gpu.targets[0], base_branch=BaseBranch("PASSED", 1.04, 0.97, 1.12, "on par", 0.15))
+    b = body(dataclasses.replace(gpu, targets=(t,)))
+    assert ("the PR's kernel is on par with the base branch's (0.96x (0.89x-1.03x, measured side by side: head, "
+            "base, head)): no difference beyond the margin") in b  # fmt: skip
+    t = dataclasses.replace(t, base_branch=BaseBranch("PASSED", None, verdict="not compared"))
+    assert "not compared: a kernel failed when the two were re-measured side by side" in body(
+        dataclasses.replace(gpu, targets=(t,)))

@@ -55,6 +55,7 @@ def test_verdicts() -> None:
     # Reverse of a known gain: the base is 1.15x faster; the tuner found nothing.
     v = rp.verdict(gain, "reverse", _result(base_vs_head=1.15))
     assert v["answered"] and "regression seen" in v["verdict"] and "not recovered" in v["verdict"]
+    assert v["verdict"].startswith("PR vs base 0.870x: regression seen")
     assert v["pr_vs_base"] == pytest.approx(1 / 1.15)
     assert "(recovered)" in rp.verdict(gain, "reverse", _result(base_vs_head=1.15, winner=1.12))["verdict"]
     v = rp.verdict(gain, "reverse", _result(base_vs_head=1.01))
@@ -69,6 +70,14 @@ def test_verdicts() -> None:
     cpu = rp.verdict(comp, "forward", _result(device="cpu"))
     assert not cpu["answered"] and "interpreter" in cpu["verdict"]
     assert math.isnan(rp.verdict(noise, "forward", _result(base=None))["pr_vs_base"])
+    # The runner's side-by-side reading decides over the bare ratio, and its range is shown.
+    side = _result(base_vs_head=1.05)
+    side["base_branch"].update(verdict="on par", low=0.98, high=1.11)
+    v = rp.verdict(noise, "forward", side)
+    assert v["answered"] and v["verdict"] == "PR vs base 0.952x (0.901-1.020): within the 1.03x gate margin"
+    side["base_branch"]["verdict"] = "faster"
+    assert rp.verdict(gain, "forward", side)["verdict"].endswith(": faster")
+    assert not rp.verdict(gain, "reverse", side)["answered"]
 
 
 def test_the_1266_reconstruction_changes_exactly_one_line() -> None:
