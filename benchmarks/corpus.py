@@ -319,6 +319,40 @@ def run(x):
         (("BLOCK_SIZE", (256, 512, 1024, 2048, 4096, 8192, 16384)), ("num_warps", WARPS)),
         {"BLOCK_SIZE": 256, "num_warps": 32}, {"BLOCK_SIZE": 1024, "num_warps": 4}, ("BLOCK_SIZE",),
     ),
+    Kernel(
+        "flashinfer_rms_norm", _case("flashinfer rms_norm"),
+        # Two passes over the row in BLOCK_SIZE chunks; upstream's wrapper takes the whole row
+        # (next_power_of_2(n)) with max(8, min(32, block // 256)) warps: 8192 and 32 here.
+        '''import torch
+from flashinfer.triton.kernels.norm import rms_norm_kernel as KERNEL
+
+
+def run(x, w):
+    b, n = x.shape
+    y = torch.empty_like(x)
+    KERNEL[(b,)](n=n, b=b, x_ptr=x, x_stride=x.stride(0), x_scale_ptr=None, r_ptr=None, r_stride=0, w_ptr=w,
+                 o_ptr=y, o_stride=y.stride(0), o_scale_ptr=None, EPS=1e-6, BLOCK_SIZE=$BLOCK_SIZE,
+                 HAS_IN_SCALE=False, HAS_OUT_SCALE=False, HAS_OUTPUT=True, HAS_RESIDUAL=False, num_warps=$num_warps)
+    return y
+''',
+        '''import torch
+import triton
+from flashinfer.triton.kernels.norm import rms_norm_kernel
+
+KERNEL = triton.autotune(configs=$configs, key=["n"])(rms_norm_kernel)
+
+
+def run(x, w):
+    b, n = x.shape
+    y = torch.empty_like(x)
+    KERNEL[(b,)](n=n, b=b, x_ptr=x, x_stride=x.stride(0), x_scale_ptr=None, r_ptr=None, r_stride=0, w_ptr=w,
+                 o_ptr=y, o_stride=y.stride(0), o_scale_ptr=None, EPS=1e-6, HAS_IN_SCALE=False,
+                 HAS_OUT_SCALE=False, HAS_OUTPUT=True, HAS_RESIDUAL=False)
+    return y
+''',
+        (("BLOCK_SIZE", (256, 512, 1024, 2048, 4096, 8192)), ("num_warps", WARPS)),
+        {"BLOCK_SIZE": 256, "num_warps": 32}, {"BLOCK_SIZE": 8192, "num_warps": 32}, ("BLOCK_SIZE",),
+    ),
 ]  # fmt: skip
 
 # The CPU stand-in: a local kernel, two configurations, small enough for Triton's interpreter.

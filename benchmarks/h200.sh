@@ -54,8 +54,12 @@ step() {  # one step; its files under $base/$1
     corpus-c) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --no-sweep --sweep-json "$base/corpus-a/corpus.json" \
                 --e2e liger_swiglu --e2e-budget 16 --e2e-minutes 4 ;;
     overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;
-    replays) timeout 570 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" ;;
+    replays) timeout 530 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" ;;
+    order) timeout 300 python3 "$repo/benchmarks/order.py" --rounds 2 --only liger-ce-exp2 --out "$out" ;;
+    order-dyt) timeout 300 python3 "$repo/benchmarks/order.py" --rounds 2 --only liger-dyt-autotune --out "$out" ;;
     kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
+    nvml) KERNELPRO_ARTIFACTS="$out" timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -q -rA \
+            "$repo/tests/test_gpu.py" -k nvml ;;
     pool) timeout 300 python3 -m pytest -m gpu -p no:cacheprovider -q -rA "$repo/tests/test_gpu.py" -k pool ;;
     *) echo "unknown step $1" >&2; return 2 ;;
   esac

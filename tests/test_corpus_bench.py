@@ -33,7 +33,7 @@ def corpus() -> ModuleType:
 def test_every_corpus_space_is_what_the_tuner_can_reach(corpus: ModuleType) -> None:
     names = [k.name for k in corpus.KERNELS]
     assert names == ["liger_swiglu", "liger_softmax", "liger_dyt", "liger_rms_norm", "fla_softmax",
-                     "flashinfer_silu_and_mul"]
+                     "flashinfer_silu_and_mul", "flashinfer_rms_norm"]
     for k in [*corpus.KERNELS, corpus.TINY]:
         src = k.source(k.pr)
         knobs = {kn.name.rsplit(":", 1)[-1]: kn for kn in find_knobs(src)}
