@@ -11,7 +11,10 @@
 #   energy       ~6: issue 7 part (d): the Swish pair chosen by optimize in passive and active mode
 #   t1 t2 t3 t4  ~5 each: the GPU test tier (pytest -m gpu), every test of tests/test_gpu.py in one of them
 #   corpus-a corpus-b corpus-c  ~7 each: benchmarks/corpus.py, issue 5's sweep table (benchmarks/README.md)
-#   overhead ~2, replays ~5-8, kernelbench ~4, pool ~1: issue 8's benchmarks
+#   corpus-d ~2: the FlashInfer rms_norm row; profile-rest ~4: Stage 1/2 and profiling cost of the
+#                    four corpus kernels `measure` leaves out (issue 4)
+#   overhead ~2, replays ~8, kernelbench ~4, pool ~1: issue 8's benchmarks
+#   order ~2, order-dyt ~2: benchmarks/order.py (head, base, head, ... of a replay); nvml ~1: the A/A test
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 repo=$PWD
@@ -51,6 +54,9 @@ step() {  # one step; its files under $base/$1
         "$repo/tests/test_gpu.py" -k "${tiers[$1]}" ;;
     corpus-a) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_swiglu,liger_dyt,liger_rms_norm,fla_softmax ;;
     corpus-b) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels liger_softmax,flashinfer_silu_and_mul --profile ;;
+    corpus-d) timeout 300 python3 "$repo/benchmarks/corpus.py" --out "$out" --kernels flashinfer_rms_norm --profile ;;
+    profile-rest) timeout 400 python3 "$repo/benchmarks/corpus_profile.py" --out "$out" \
+                    --only "liger rms_norm,liger softmax,flashinfer silu_and_mul,flashinfer rms_norm" ;;
     corpus-c) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --no-sweep --sweep-json "$base/corpus-a/corpus.json" \
                 --e2e liger_swiglu --e2e-budget 16 --e2e-minutes 4 ;;
     overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;

@@ -747,3 +747,27 @@ def test_window_ends_fall_between_counter_updates_whatever_each_arms_start_delay
     assert {round(w.seconds / 0.1) for w in m.windows if w.kind == "arm"} == {11}
     assert m.ratios["a2"].median == pytest.approx(1.0, abs=0.003)
     assert m.ratios["a2"].contains(1.0)
+
+
+def _per_call(path: str) -> list[tuple[str, int, float]]:
+    d = json.loads((H200 / path).read_text())
+    tick = d["counter_update_ms"] / 1e3
+    return [(w["arm"], round(w["seconds"] / tick), (w["energy_mj"] - d["idle_w"] * w["seconds"]) / w["calls"])
+            for w in d["windows"] if w["kind"] == "arm"]  # fmt: skip
+
+
+def test_the_h200_windows_that_took_one_more_update_read_more_energy() -> None:
+    # The failed A/A run: 1.0 s loops against 100.4 ms updates; arm a2's windows spanned 10 updates
+    # four times of six, a's always 11, and 11-update windows read ~2.7 % more per call.
+    rows = _per_call("nvml_aa_unaligned.json")
+    short = [e for _, n, e in rows if n == 10]
+    long = [e for _, n, e in rows if n == 11]
+    assert len(short) == 4 and len(long) == 8 and {a for a, n, _ in rows if n == 10} == {"a2"}
+    assert statistics.median(long) > 1.02 * statistics.median(short)
+    # After the fix every loop lasted 10.5 updates and every window but one spanned 11 (one waited 13
+    # for the counter); the same kernel twice then read the same.
+    fixed = json.loads((H200 / "nvml_aa_aligned.json").read_text())
+    tick = fixed["counter_update_ms"] / 1e3
+    assert all(abs(w["loop_seconds"] / tick - 10.5) < 0.1 for w in fixed["windows"] if w["kind"] == "arm")
+    assert loop_seconds(1.0, fixed["counter_update_ms"]) / tick == pytest.approx(10.5)
+    assert fixed["ratios"]["a2"]["low"] <= 1.0 <= fixed["ratios"]["a2"]["high"]
