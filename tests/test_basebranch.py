@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import git
@@ -13,6 +14,9 @@ from kernelpro.runner import optimize as optimize_mod
 from kernelpro.runner.basebranch import compare
 from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
 from kernelpro.runner.trace import Workload
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_optimize import ADD_CONFIG  # noqa: E402  (the same one-file Triton target)
 
 W = (Workload({"N": 1}, {}, "w1"), Workload({"N": 2}, {}, "w2"))
 
@@ -48,28 +52,12 @@ def test_a_failed_side_is_not_compared() -> None:
     assert (c.status, c.verdict) == ("PASSED", "not compared")
 
 
-CONFIG = """
-targets:
-  - name: add
-    files: ["k.py"]
-    language: triton
-    entry_point: k.py::add
-    definition:
-      op_type: elementwise
-      axes: {N: {type: var}}
-      inputs: {a: {shape: [N], dtype: float32}, b: {shape: [N], dtype: float32}}
-      outputs: {out: {shape: [N], dtype: float32}}
-      reference: "def run(a, b):\\n    return a + b\\n"
-    workloads: [{N: 300}]
-    budget: {evaluations: 2}
-"""
-
 def test_the_loop_measures_head_base_head_and_reports_that(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
     repo = git.Repo.init(tmp_path / "r", initial_branch="main")
     root = Path(repo.working_dir)
-    (root / ".kernelpro.yml").write_text(CONFIG)
+    (root / ".kernelpro.yml").write_text(ADD_CONFIG)
     (root / "k.py").write_text("import torch\n\ndef add(a, b):\n    return a + b\n")
     repo.git.add(A=True)
     repo.index.commit("base")
