@@ -469,9 +469,13 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
             t1 = clock()
             runner.run(arm, n)
             t2 = clock()
-            per_call = max((t2 - t1) - (t1 - t0), 1e-9) / (n - n // 2)
+            plain = max(t2 - t1, 1e-9) / n  # the fixed cost spread over the calls: the old estimate
+            slope = ((t2 - t1) - (t1 - t0)) / (n - n // 2)
+            # Noise (the interpreter, a clock ramping between the two runs) can make the slope
+            # nonsense, even <= 0, which would ask for an endless loop: then the plain estimate.
+            per_call = slope if 0.5 * plain <= slope <= plain else plain
             fixed = min(max(0.0, (t2 - t1) - n * per_call), loop_s / 2)
-            calls[arm] = max(1, math.ceil((loop_s - fixed) / per_call))
+            calls[arm] = max(1, min(math.ceil((loop_s - fixed) / per_call), 4 * calls[arm]))
     windows: list[Window] = []
     k = max(1, s.windows)
     idle_at = sorted({round(i * k / max(s.idle_windows - 1, 1)) for i in range(s.idle_windows)}) if s.idle_windows else []

@@ -771,3 +771,20 @@ def test_the_h200_windows_that_took_one_more_update_read_more_energy() -> None:
     assert all(abs(w["loop_seconds"] / tick - 10.5) < 0.1 for w in fixed["windows"] if w["kind"] == "arm")
     assert loop_seconds(1.0, fixed["counter_update_ms"]) / tick == pytest.approx(10.5)
     assert fixed["ratios"]["a2"]["low"] <= 1.0 <= fixed["ratios"]["a2"]["high"]
+
+
+def test_a_noisy_slope_never_asks_for_an_endless_loop() -> None:
+    # The CPU benchmark's arms ran the first run of a calibration pair slower than the second: the
+    # slope came out <= 0 and the next window asked for ~1e9 calls (an arm timed out after 300 s).
+    clock, dev, runner = replay()
+    real_run, count = runner.run, {"n": 0}
+
+    def first_of_pair_slow(arm: str, calls: int) -> None:
+        count["n"] += 1
+        runner.time_scale[arm] = 3.0 if count["n"] % 2 else 1.0
+        real_run(arm, calls)
+
+    runner.run = first_of_pair_slow  # type: ignore[method-assign]
+    m = measure(dev, runner, ["a"], FAST, clock=clock, sleep=clock.sleep)
+    want = loop_seconds(1.0, m.counter_update_ms) / REC.call_s
+    assert 0.25 * want <= m.arms["a"].calls_per_window <= 4 * want
