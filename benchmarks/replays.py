@@ -46,6 +46,7 @@ import git
 import yaml
 
 from kernelpro.cli import run_optimize
+from kernelpro.runner.basebranch import verdict as verdict_of
 from kernelpro.settings import Settings
 
 HERE = Path(__file__).resolve().parent
@@ -288,8 +289,7 @@ def verdict(replay: Replay, direction: str, r: Mapping[str, Any]) -> dict[str, A
     base_vs_head = float(base.get("speedup_vs_head") or 0.0) if base_ok and head_ok else math.nan
     found = float(r["winner"]["speedup"]) if r.get("winner") else 1.0
     # The runner's reading of its side-by-side measurement (head, base, head); by the margin alone otherwise.
-    reading = base.get("verdict") or ("" if not math.isfinite(base_vs_head) else "slower" if base_vs_head >= GAMMA
-                                      else "faster" if base_vs_head <= 1 / GAMMA else "on par")  # fmt: skip
+    reading = base.get("verdict") or (verdict_of([base_vs_head], GAMMA) if math.isfinite(base_vs_head) else "")
     span = (f" ({1 / base['high']:.3f}-{1 / base['low']:.3f})" if math.isfinite(base_vs_head) and base.get("low")
             and base.get("high") else "")  # fmt: skip
     if replay.expect == "compile":

@@ -49,6 +49,13 @@ class BaseComparison:
                 "measured": "side by side: head, base, head"}  # fmt: skip
 
 
+def verdict(ratios: Sequence[float], gamma: float) -> str:
+    """Head ms / base ms per workload -> 'slower' (the pull request's kernel, by the margin on every
+    workload), 'faster', or 'on par'."""
+    return ("slower" if all(r >= gamma for r in ratios) else "faster" if all(r <= 1 / gamma for r in ratios)
+            else "on par")  # fmt: skip
+
+
 def _timing(o: Outcome, uuid: str) -> Any:
     return next((r.timing for r in o.results if r.uuid == uuid and r.timing is not None), None)
 
@@ -76,8 +83,6 @@ def compare(head: Outcome, base: Outcome, head_again: Outcome, workloads: Sequen
                      "head_p10_ms": min(h1.p10_ms, h2.p10_ms), "head_p90_ms": max(h1.p90_ms, h2.p90_ms),
                      "base_ms": b.median_ms, "base_p10_ms": b.p10_ms, "base_p90_ms": b.p90_ms,
                      "ratio": ratio, "low": lo, "high": hi})  # fmt: skip
-    ratios = [r["ratio"] for r in rows]
-    verdict = ("slower" if all(r >= gamma for r in ratios) else "faster" if all(r <= 1 / gamma for r in ratios)
-               else "on par")  # fmt: skip
     mean = lambda xs: math.exp(sum(xs) / len(xs))  # noqa: E731
-    return BaseComparison("PASSED", mean(logs), mean(lows), mean(highs), verdict, tuple(rows), drift)
+    return BaseComparison("PASSED", mean(logs), mean(lows), mean(highs), verdict([r["ratio"] for r in rows], gamma),
+                          tuple(rows), drift)  # fmt: skip

@@ -164,6 +164,11 @@ def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload,
     return math.exp(sum(logs) / len(logs)) if logs else 0.0
 
 
+def _home(schedule: Schedule | None) -> Callable[..., Any]:
+    """Runs fn(*args) on the pool's home GPU when there are several, here otherwise."""
+    return schedule.home if schedule is not None else lambda fn, *a: fn(*a)
+
+
 def _interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workload, ...], es: EvalSettings,
                  home: Callable[..., Outcome]) -> tuple[Outcome, Outcome, Outcome]:  # fmt: skip
     """a, b, a again: drift between evaluations (clocks, heat, load) falls on both sides."""
@@ -175,11 +180,10 @@ def _interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Work
 def _versus_base(target: Target, head: Candidate, base: Candidate, workloads: tuple[Workload, ...], s: RunSettings,
                  schedule: Schedule | None) -> BaseComparison:  # fmt: skip
     # The search's seeds (their reference outputs are cached) and more timed calls, as in the gate.
-    home = schedule.home if schedule is not None else lambda fn, *a: fn(*a)
     with tempfile.TemporaryDirectory(prefix="kernelpro-versus-") as cache:
         es = replace(s.evaluation, reps=max(s.evaluation.reps, 50), cache_dir=Path(cache))
-        return compare_base(*_interleaved(target, head.solution, base.solution, workloads, es, home), workloads,
-                            s.gamma)  # fmt: skip
+        return compare_base(*_interleaved(target, head.solution, base.solution, workloads, es, _home(schedule)),
+                            workloads, s.gamma)  # fmt: skip
 
 
 def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
@@ -188,7 +192,7 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
     # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
     # of the baseline in the shared one (one planted now is undone by taking the faster baseline).
-    home = schedule.home if schedule is not None else lambda fn, *a: fn(*a)  # every gate step on one GPU
+    home = _home(schedule)  # every gate step on one GPU
     with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
         es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
                      cache_dir=Path(cache))  # fmt: skip
