@@ -711,15 +711,18 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
     wall = time.perf_counter() - t
     res = json.loads((out / kernel.name / "result.json").read_text()) if rc == 0 else {}
     keep.mkdir(parents=True, exist_ok=True)
-    for name in ("report.md", "result.json", "journal.jsonl"):
+    for name in ("report.md", "result.json", "journal.jsonl", "profiles.jsonl"):
         if (out / kernel.name / name).exists():
             (keep / name).write_text((out / kernel.name / name).read_text())
+    profiles = keep / "profiles.jsonl"
+    # Seconds of each profile in the order taken: the baseline's first, then each new best's.
+    profile_s = [json.loads(x)["seconds"] for x in profiles.read_text().splitlines() if x.strip()] if profiles.exists() else []
     winner = res.get("winner") or {}
     params = winner.get("params", {})
     point = point_of(kernel, params, swept_only=True) if winner else None
     best_search = max((c["best_speedup"] for c in res.get("curve", [])), default=None)
     return {"rc": rc, "wall_s": round(wall, 1), "evaluations": res.get("evaluations"),
-            "stop_reason": res.get("stop_reason"), "best_search_speedup": best_search,
+            "stop_reason": res.get("stop_reason"), "best_search_speedup": best_search, "profile_s": profile_s,
             "winner_speedup": winner.get("speedup"), "winner_config": kernel.key(point) if point else None,
             "winner_unswept": unswept(kernel, params), "winner_params": params or None,
             "report": str(keep / "report.md")}  # fmt: skip
@@ -841,8 +844,8 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
     if e2es:
         print("\n### End to end: kernelpro optimize (tuner, mcts) on the degraded PR\n")
         print("| kernel | evaluations | wall s | best search speedup | verified winner | winner config | "
-              "replay's speedup for that config | stop |")
-        print("|---|---|---|---|---|---|---|---|")
+              "replay's speedup for that config | stop | profiles s (the baseline's first) |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for row in e2es:
             e = row["e2e"]
             predicted = None
@@ -854,7 +857,8 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
             config = f"{e.get('winner_config')}" + (f" (and {extra}, not swept)" if extra else "")
             print(f"| {row['kernel']} | {e.get('evaluations')} | {e.get('wall_s')} | "
                   f"{_fmt(e.get('best_search_speedup'), '.2f')} | {_fmt(e.get('winner_speedup'), '.2f')} | "
-                  f"{config} | {_fmt(predicted, '.2f')} | {e.get('stop_reason')} |")  # fmt: skip
+                  f"{config} | {_fmt(predicted, '.2f')} | {e.get('stop_reason')} | "
+                  f"{', '.join(f'{x:g}' for x in e.get('profile_s') or []) or 'none'} |")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

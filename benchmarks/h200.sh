@@ -11,6 +11,7 @@
 #   energy       ~6: issue 7 part (d): the Swish pair chosen by optimize in passive and active mode
 #   t1 t2 t3 t4  ~5 each: the GPU test tier (pytest -m gpu), every test of tests/test_gpu.py in one of them
 #   corpus-a corpus-b corpus-c  ~7 each: benchmarks/corpus.py, issue 5's sweep table (benchmarks/README.md)
+#   e2e ~5: one `kernelpro optimize` of Liger swiglu, its profiles' seconds (the baseline's first)
 #   corpus-d ~2: the FlashInfer rms_norm row; profile-rest ~4: Stage 1/2 and profiling cost of the
 #                    four corpus kernels `measure` leaves out (issue 4)
 #   overhead ~2, replays ~8, kernelbench ~4, pool ~1: issue 8's benchmarks
@@ -59,6 +60,8 @@ step() {  # one step; its files under $base/$1
                     --only "liger rms_norm,liger softmax,flashinfer silu_and_mul,flashinfer rms_norm" ;;
     corpus-c) timeout 560 python3 "$repo/benchmarks/corpus.py" --out "$out" --no-sweep --sweep-json "$base/corpus-a/corpus.json" \
                 --e2e liger_swiglu --e2e-budget 16 --e2e-minutes 4 ;;
+    e2e) timeout 400 python3 "$repo/benchmarks/corpus.py" --out "$out" --no-sweep --kernels liger_swiglu --e2e liger_swiglu \
+           --e2e-budget 12 --e2e-minutes 4 ;;
     overhead) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 6 --out "$out" ;;
     replays) timeout 530 python3 "$repo/benchmarks/replays.py" --budget 3 --corpus "$repo/.corpus/replays" --out "$out" ;;
     order) timeout 300 python3 "$repo/benchmarks/order.py" --rounds 2 --only liger-ce-exp2 --out "$out" ;;

@@ -171,6 +171,11 @@ class EvalSettings:
     """Triton cache shared by candidates."""
     timeline: bool = False
     """After timing, record the launch timeline of the largest workload (GPU only)."""
+    timeline_bar: tuple[float, tuple[tuple[str, float], ...]] | None = None
+    """With ``timeline``: record it only when the candidate's geometric-mean speedup over these
+    (workload uuid, baseline median ms) reaches the first value; None records it always. The loop
+    profiles only the baseline and new bests, and CUPTI's start-up was 6.1 s of a candidate's 10.4 s
+    on the H200 (benchmarks/results-h200-session6/overhead)."""
     cuda_graphs: bool = False
     """Time each call as a CUDA graph replay (GPU time without the host's launch overhead); a
     candidate that cannot be captured is timed call by call, and its timing says why."""
@@ -207,6 +212,8 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
                    "reps_cpu": s.reps_cpu, "rotate": s.rotate, "graphs": s.cuda_graphs},  # fmt: skip
         "time_reference": s.time_reference,
         "timeline": s.timeline,
+        "timeline_bar": None if s.timeline_bar is None else {"speedup": s.timeline_bar[0],
+                                                             "baseline_ms": dict(s.timeline_bar[1])},  # fmt: skip
         "float64_reference": s.float64_reference,
         "memory_limit_mb": s.memory_limit_mb,
     }

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -690,7 +691,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
         if entry["status"] != "OUTPUTS":
             break  # one failing workload decides the candidate; do not spend time on the rest
     else:
-        if req.get("timeline") and device == "cuda":
+        if req.get("timeline") and device == "cuda" and _reaches(req.get("timeline_bar"), result["workloads"]):
             # After all timing, in the process that already holds the compiled kernel: a separate
             # child would pay Python, torch, CUDA and Triton start-up again for a few calls.
             t2 = _perf_counter()
@@ -706,6 +707,22 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
                 result["timeline"] = {"error": _tail(traceback.format_exc())}
             phases["timeline"] = _perf_counter() - t2  # CUPTI's start-up is most of it
     return result
+
+
+def _reaches(bar: Mapping[str, Any] | None, entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the timed workloads' geometric-mean speedup over ``bar``'s baseline medians reaches
+    its ``speedup`` (the parent's own rule for profiling a candidate, on the same medians); True
+    without a bar, or where a median is missing (the timeline is then recorded, not lost)."""
+    if not bar:
+        return True
+    logs = []
+    for e in entries:
+        base = bar["baseline_ms"].get(e["uuid"])
+        ms = (e.get("timing") or {}).get("median_ms")
+        if not base or not ms or ms <= 0 or base <= 0:
+            return True
+        logs.append(math.log(base / ms))
+    return not logs or math.exp(sum(logs) / len(logs)) >= bar["speedup"]
 
 
 def _standby(req: Mapping[str, Any], workdir: Path) -> tuple[dict[str, Any] | None, dict[str, Any]]:

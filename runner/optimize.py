@@ -268,8 +268,9 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     es = settings.evaluation
     if es.cache_dir is None:
         es = replace(es, cache_dir=out_dir / ".triton-cache")
-    if es.device == "cuda" and settings.feedback != "none":
-        es = replace(es, timeline=True)
+    # The search's evaluations record the launch timeline that profiling a candidate reuses; the
+    # gate's and the base comparison's (settings.evaluation) need none.
+    timelines = es.device == "cuda" and settings.feedback != "none"
     settings = replace(settings, evaluation=es)
     device = es.device
     workloads = target.workloads_for(device)
@@ -285,14 +286,22 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     deadline = t0 + target.budget.minutes * 60
     trace_path = out_dir / "trace.jsonl"
     trace_path.write_text("")
-    state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0, "duplicates": 0}
+    state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0, "duplicates": 0, "noise": 1.0}
     prints: dict[str, str] = {}  # fingerprint -> key of the first evaluated candidate with it
     evaluated: list[Scored] = []
     # Several GPUs: a batch is evaluated concurrently, one candidate per GPU; one GPU: in this process.
-    schedule = (Schedule(pool, TargetEval(target.definition, workloads, target.tolerance, es), journal)
-                if pool is not None and len(pool.gpus) > 1 else None)  # fmt: skip
+    schedule = (Schedule(pool, TargetEval(target.definition, workloads, target.tolerance, replace(es, timeline=timelines)),
+                         journal) if pool is not None and len(pool.gpus) > 1 else None)  # fmt: skip
 
-    def run_eval(cand: Candidate) -> Outcome:
+    def timeline_bar() -> tuple[float, tuple[tuple[str, float], ...]] | None:
+        # Only a candidate the loop will profile needs its timeline (bounded_eval's rule: a new
+        # best, or with energy active one within the noise of it); the baseline always is.
+        base: Outcome | None = state["baseline"]
+        if base is None:
+            return None
+        return state["best"] / state["noise"], tuple((w.uuid, base.latency(w.uuid)) for w in workloads)
+
+    def run_eval(cand: Candidate, may_profile: bool = True) -> Outcome:
         hit = journal.get(cand.key)
         if hit is not None:
             return hit.outcome
@@ -300,7 +309,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             # With nothing in flight (baseline, base branch) the first idle GPU is the home one.
             return schedule.result(cand)
         outcome = evaluate(target.definition, cand.solution, workloads, target.tolerance,
-                           replace(es, cache_dir=triton_cache(cand)))  # fmt: skip
+                           replace(es, cache_dir=triton_cache(cand), timeline=timelines and may_profile,
+                                   timeline_bar=timeline_bar()))  # fmt: skip
         journal.append(cand, outcome)
         return outcome
 
@@ -322,22 +332,14 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         return scored
 
     baseline_cand = Candidate(target.solution(head_checkout), None, "init", "the pull request's kernel")
-    baseline = record(baseline_cand, run_eval(baseline_cand))
-    state["baseline"] = baseline.outcome
-
-    base_branch = None
-    if base_solution is not None and base_solution.content_hash() != baseline_cand.key:
-        bc = Candidate(base_solution, None, "init", "the base branch's kernel")
-        o = run_eval(bc)
-        base_branch = Scored(bc, o, geomean_speedup(baseline.outcome, o, workloads))
-        append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, bc.solution, workloads, o)])
 
     # The next profile's ncu child, started ahead so its start-up and imports overlap other work. Only
     # once the search's reference is in memory: the imports it preloads may be the pull request's own
-    # package, which must not run while a reference child's outputs are on disk (the baseline's
-    # evaluation computed them, or a resumed run does so here; the gate's come after the last standby
-    # is closed). With a pool, other GPUs' workers compute theirs later, so no standby there.
-    standbys = (device == "cuda" and settings.feedback != "none" and schedule is None and baseline.outcome.passed
+    # package, which must not run while a reference child's outputs are on disk (computed here, before
+    # the baseline's evaluation; the gate's come after the last standby is closed). With a pool, other
+    # GPUs' workers compute theirs later, so no standby there. The first one imports while the baseline
+    # is evaluated: started after it, the baseline's profile waited for Liger's 12 s of imports.
+    standbys = (device == "cuda" and settings.feedback != "none" and schedule is None
                 and reference_ready(target.definition, baseline_cand.solution, workloads, target.tolerance, es))
 
     def refill() -> None:
@@ -349,6 +351,15 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         return taken
 
     refill()
+    baseline = record(baseline_cand, run_eval(baseline_cand))
+    state["baseline"] = baseline.outcome
+
+    base_branch = None
+    if base_solution is not None and base_solution.content_hash() != baseline_cand.key:
+        bc = Candidate(base_solution, None, "init", "the base branch's kernel")
+        o = run_eval(bc, may_profile=False)
+        base_branch = Scored(bc, o, geomean_speedup(baseline.outcome, o, workloads))
+        append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, bc.solution, workloads, o)])
 
     stop = "budget spent"
     if not baseline.outcome.passed:
@@ -361,6 +372,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     active = settings.energy == "active"
     noise = settings.tie_noise or timing_noise(settings.gamma, _spreads(baseline.outcome))
     eps = energy_eps(noise) if active else 0.0
+    state["noise"] = noise if active else 1.0
     proxies: dict[str, ProxyEnergy] = {}
     energy_tools = {t.name for t in tools if t.energy_only}
     stage1 = None
@@ -384,8 +396,12 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active))
         if active and (e := proxy(prof)) is not None:
             proxies[cand.key] = e
-        append_jsonl(out_dir / "profiles.jsonl", [{"key": cand.key, "seconds": round(secs, 2), "stages": dict(prof.stages), "notes": list(prof.notes),
-                                                  "findings": [f.to_json() for f in analyses[cand.key][1].findings]}])  # fmt: skip
+        log_profile(cand.key, secs)
+
+    def log_profile(key: str, secs: float) -> None:
+        prof, analysis = analyses[key]
+        append_jsonl(out_dir / "profiles.jsonl", [{"key": key, "seconds": round(secs, 2), "stages": dict(prof.stages),
+                                                  "notes": list(prof.notes), "findings": [f.to_json() for f in analysis.findings]}])  # fmt: skip
 
     if device == "cuda":
         dtypes = [t.dtype for t in (*target.definition.inputs.values(), *target.definition.outputs.values())]
@@ -403,6 +419,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         )  # fmt: skip
         if base_prof is not None:
             analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools, energy=active))
+            log_profile(baseline_cand.key, secs)
             if active and (e := proxy(base_prof)) is not None:
                 proxies[baseline_cand.key] = e
 

@@ -100,7 +100,7 @@ def test_the_tiny_cpu_run_sweeps_autotunes_replays_and_runs_kernelpro(
         assert s["proposals_outside_space"] > 0
     assert searches[("pr", "mcts")]["trail"][0] == "BLOCK=16"
     e = row["e2e"]
-    assert e["rc"] == 0 and e["evaluations"] == 2
+    assert e["rc"] == 0 and e["evaluations"] == 2 and e["profile_s"] == []  # no profiling without a GPU
     assert (tmp_path / "out" / "e2e-tiny_scale" / "report.md").exists()
     text = capsys.readouterr().out
     assert "| tiny_scale | pr |" in text and "### End to end" in text

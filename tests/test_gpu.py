@@ -57,6 +57,13 @@ def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys)
     profiles = [json.loads(x) for x in (out / "swiglu" / "profiles.jsonl").read_text().splitlines()]
     _keep(out / "swiglu" / "profiles.jsonl")
     assert profiles and not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
+    # Only the candidates the loop profiled (the baseline first, then new bests) paid for a timeline,
+    # and each of those reused the one its evaluation recorded instead of a child of its own.
+    journal = [json.loads(x) for x in (out / "swiglu" / "journal.jsonl").read_text().splitlines() if x.strip()]
+    with_timeline = {j["key"] for j in journal if j.get("outcome", {}).get("timeline")
+                     and j["outcome"]["status"] == "PASSED"}  # a wrong one may be fast: its child cannot know
+    assert with_timeline == {p["key"] for p in profiles}, (with_timeline, [p["key"] for p in profiles])
+    assert len(with_timeline) < len(journal) and not any("timeline" in p["stages"] for p in profiles)
 
 
 def _solution(tmp_path: Path, name: str, source: str) -> Path:

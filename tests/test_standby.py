@@ -252,8 +252,9 @@ def test_no_standby_without_ncu_or_when_turned_off(tmp_path: Path, monkeypatch: 
 def test_the_loop_starts_its_standby_after_the_reference_and_closes_it_however_it_ends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The standby's preloads may be the pull request's own package: it starts only once the
-    search's reference outputs are in memory (their files gone), and a run that breaks after that
-    still closes it (it would otherwise wait, unused, for its time limit)."""
+    search's reference outputs are in memory (their files gone), yet before the baseline's
+    evaluation, so the baseline's profile finds it ready; a run that breaks after that still closes
+    it (it would otherwise wait, unused, for its time limit)."""
     from kernelpro.runner import optimize as loop
     from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
     from kernelpro.runner.optimize import RunSettings, optimize
@@ -290,7 +291,7 @@ def test_the_loop_starts_its_standby_after_the_reference_and_closes_it_however_i
     target = Target("swiglu", "triton", ("kernels/swiglu.py",), "kernels/swiglu.py::swiglu", DEFINITION, (WORKLOAD,))
     with pytest.raises(RuntimeError, match="the tool registry broke"):
         optimize(target, tmp_path / "head", tmp_path / "out", object(), RunSettings(evaluation=EvalSettings(device="cuda")))  # type: ignore[arg-type]
-    assert events == ["evaluated", "reference", "started", "closed"]
+    assert events == ["reference", "started", "evaluated", "closed"]
 
 
 def test_reference_ready_computes_the_reference_once(tmp_path: Path) -> None:
