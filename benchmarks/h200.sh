@@ -74,6 +74,8 @@ step() {  # one step; its files under $base/$1
   esac
 }
 
+# Triton caches are thousands of small files, more than the device returns: never left under $OUT.
+trap 'find "$base" -name .triton-cache -type d -prune -exec rm -rf {} + 2>/dev/null' EXIT
 if [ "$1" = par ]; then
   shift
   gpu=0

@@ -10,6 +10,7 @@ import jinja2
 from kernelpro import __version__
 from kernelpro.templates import environment
 
+from .energy import PLACEMENT
 from .tools import render
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "energy_mode": settings.energy,
         "energy": None if result.energy is None else result.energy.to_json(),
         "energy_table": _energy_table(result),
+        "energy_placement_pct": 100 * PLACEMENT,
         # Where the time went, summed over search evaluations (the gate's are not included).
         "seconds_by_stage": {
             "child_wall": round(sum(s.outcome.wall_seconds for s in result.evaluated), 2),

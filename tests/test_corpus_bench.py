@@ -167,3 +167,19 @@ def test_out_of_time_kernels_are_skipped_and_the_tables_still_print(
     (row,) = json.loads((tmp_path / "corpus.json").read_text())["rows"]
     assert row["error"] == "skipped: out of time"
     assert "| tiny_scale | | skipped: out of time |" in capsys.readouterr().out
+
+
+def test_a_destination_passing_upstream_wrapper_is_measured_not_a_type_error(corpus: ModuleType) -> None:
+    """FlashInfer's rms_norm ships as run(x, w, y): on the H200 its "as shipped" column read
+    RUNTIME_ERROR ("missing 1 required positional argument: 'y'") until it was called as such."""
+    import torch
+
+    x = torch.randn(4, 8)
+    bench = corpus.Bench("cpu", [x], torch.nn.functional.silu(x), (1e-5, 1e-5), 2)
+
+    def shipped(a: torch.Tensor, y: torch.Tensor) -> None:
+        y.copy_(torch.nn.functional.silu(a))
+
+    assert corpus.measure(shipped, bench)["status"] == "RUNTIME_ERROR"
+    r = corpus.measure(corpus.returning(shipped, bench), bench)
+    assert r["status"] == "PASSED" and r["max_abs"] == 0.0

@@ -452,8 +452,10 @@ def test_nvml_energy_per_call_on_the_gpu(tmp_path):
         a = m.arms[arm]
         assert a.dynamic_mj.median > 0 and a.total_mj.median > a.dynamic_mj.median, a
         assert a.calls_per_window * a.ms_per_call / 1e3 >= 0.9  # windows of about 1 s or more
-    assert abs(m.ratios["a2"].median - 1.0) < 0.05, m.ratios
-    assert m.ratios["a2"].contains(1.0), m.ratios  # no significant difference
+    assert abs(m.ratios["a2"].median - 1.0) < 0.01, m.ratios
+    # No difference beyond the spread of one kernel in two processes (runner/energy.PLACEMENT: this
+    # test read 1.0030 [1.0000, 1.0043] before the interval carried it).
+    assert m.ratios["a2"].contains(1.0), m.ratios
     assert all(x.sm_clock_mhz and x.power_limit_w for x in m.windows)
 
 
