@@ -301,6 +301,12 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             return None
         return state["best"] / state["noise"], tuple((w.uuid, base.latency(w.uuid)) for w in workloads)
 
+    def pool_eval() -> TargetEval:
+        # A batch's bar is the one of its proposal: a candidate that clears it but is beaten by
+        # another of the same batch records a timeline it will not need, never the reverse.
+        return TargetEval(target.definition, workloads, target.tolerance,
+                          replace(es, timeline=timelines, timeline_bar=timeline_bar()))  # fmt: skip
+
     def run_eval(cand: Candidate, may_profile: bool = True) -> Outcome:
         hit = journal.get(cand.key)
         if hit is not None:
@@ -507,7 +513,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
                 new = [c for c in cands if journal.get(c.key) is None]
                 builds.submit([c.solution for c in new], [cache_root(triton_cache(c)) for c in new])
             if schedule is not None:
-                schedule.submit(cands[: max(0, budget - len(evaluated))])
+                schedule.submit(cands[: max(0, budget - len(evaluated))], pool_eval())
             return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.

@@ -139,19 +139,20 @@ class Schedule:
         """Candidate key -> the GPU it ran on."""
         # Re-entrant: a future that is already done runs its callback inside _dispatch.
         self._lock = threading.RLock()
-        self._queue: deque[tuple[Candidate, int]] = deque()
+        self._queue: deque[tuple[Candidate, int, EvalFn]] = deque()
         self._busy = [False] * len(pool.gpus)
         self._results: dict[str, Future[Outcome]] = {}
         self._held = 0
 
-    def submit(self, cands: Sequence[Candidate]) -> None:
-        """Queue a batch; candidates already journaled or queued are skipped."""
+    def submit(self, cands: Sequence[Candidate], fn: EvalFn | None = None) -> None:
+        """Queue a batch; candidates already journaled or queued are skipped. ``fn`` evaluates this
+        batch instead of the schedule's own (the loop's settings of the moment: its timeline bar)."""
         with self._lock:
             for c in cands:
                 if c.key in self._results or self.journal.get(c.key) is not None:
                     continue
                 self._results[c.key] = Future()
-                self._queue.append((c, self.journal.reserve()))
+                self._queue.append((c, self.journal.reserve(), fn or self.fn))
             self._dispatch()
 
     def result(self, cand: Candidate) -> Outcome:
@@ -165,7 +166,7 @@ class Schedule:
     def drain(self) -> None:
         """Drop queued candidates nobody will consume; wait for the running ones (they are journaled)."""
         with self._lock:
-            dropped = [c for c, _ in self._queue]
+            dropped = [c for c, _, _ in self._queue]
             self._queue.clear()
             running = [f for k, f in self._results.items() if not f.done() and all(k != c.key for c in dropped)]
             for c in dropped:
@@ -190,7 +191,7 @@ class Schedule:
                 self._dispatch()
 
     def _queued_futures(self) -> list[Future[Outcome]]:
-        return [self._results[c.key] for c, _ in self._queue if c.key in self._results]
+        return [self._results[c.key] for c, _, _ in self._queue if c.key in self._results]
 
     def home(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` on the home GPU once nothing else of this run is in flight."""
@@ -204,11 +205,11 @@ class Schedule:
         for slot, busy in enumerate(self._busy):
             if busy or not self._queue:
                 continue
-            cand, index = self._queue.popleft()
+            cand, index, fn = self._queue.popleft()
             self._busy[slot] = True
             self.placement[cand.key] = self.pool.gpus[slot]
             try:
-                fut = self.pool.submit(slot, self.fn, cand)
+                fut = self.pool.submit(slot, fn, cand)
             except RuntimeError as e:  # the executor was already broken or shut down
                 failed: Future[Outcome] = Future()
                 failed.set_exception(e)

@@ -80,3 +80,44 @@ def test_only_a_new_best_clears_the_bar(search: str, tmp_path: Path, monkeypatch
         cleared.append(got)
         best = max(best, base_ms / ms)
     assert any(cleared) and not all(cleared), "the landscape should give both new bests and others"
+
+
+class ThreadPool:
+    """A Pool's interface with threads for GPUs, so the landscape replaces the evaluator in the workers."""
+
+    def __init__(self, gpus: tuple[str, ...]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.gpus = gpus
+        self._ex = [ThreadPoolExecutor(1) for _ in gpus]
+
+    def submit(self, slot: int, fn: Any, *args: Any) -> Any:
+        return self._ex[slot].submit(fn, *args)
+
+    def restart(self, slot: int) -> None:
+        raise AssertionError("no worker dies here")
+
+    def close(self) -> None:
+        for ex in self._ex:
+            ex.shutdown()
+
+
+def test_a_pools_batches_carry_the_bar_of_their_proposal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernelpro.runner.pool as pool_mod
+
+    land = BarLandscape()
+    monkeypatch.setattr(pool_mod, "evaluate", land)
+    target = _target(tmp_path)
+    rs = RunSettings(search="greedy", budget=9, per_step=4, evaluation=EvalSettings(device="cpu"), gate_top=0)
+    pool = ThreadPool(("gpu-a", "gpu-b"))
+    try:
+        optimize(target, tmp_path, tmp_path / "out", Tuner(), rs, pool=pool)  # type: ignore[arg-type]
+    finally:
+        pool.close()
+    (bar0, base_ms), *rest = land.seen
+    assert bar0 is None and rest
+    bars = [bar for bar, _ in rest]
+    assert all(bar is not None and dict(bar[1]) == {target.workloads_for("cpu")[0].uuid: base_ms} for bar in bars)
+    # The bar rises with the best found, batch by batch (never above what the best was).
+    assert bars[0][0] == pytest.approx(1.0) and max(b[0] for b in bars) > 1.0
+    assert max(b[0] for b in bars) <= max(base_ms / ms for _, ms in rest) + 1e-9
