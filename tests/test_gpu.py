@@ -422,6 +422,13 @@ def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, t
     assert result.winner is None or result.winner.passed
     # The baseline was profiled (Stage 1) and so was every new best: profiling ran beside the pool.
     assert result.baseline.candidate.key in result.analyses
+    # Each profiled candidate found the timeline its evaluation recorded (a batch carries the bar of
+    # its proposal), and at most those of a batch that cleared it recorded one.
+    profiles = [json.loads(x) for x in (tmp_path / "out" / "profiles.jsonl").read_text().splitlines()]
+    timed = {x["key"] for x in lines if x.get("outcome", {}).get("timeline")}
+    assert {p["key"] for p in profiles} <= timed and not any("timeline" in p["stages"] for p in profiles), profiles
+
+
 def test_nvml_energy_per_call_on_the_gpu(tmp_path):
     """The NVML protocol on the real device: an A/A pair of the Swish kernel in sandboxed arms."""
     import sys
