@@ -57,13 +57,17 @@ def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys)
     profiles = [json.loads(x) for x in (out / "swiglu" / "profiles.jsonl").read_text().splitlines()]
     _keep(out / "swiglu" / "profiles.jsonl")
     assert profiles and not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
-    # Only the candidates the loop profiled (the baseline first, then new bests) paid for a timeline,
-    # and each of those reused the one its evaluation recorded instead of a child of its own.
+    # Each profiled candidate (the baseline first, then new bests) reused the timeline its evaluation
+    # recorded instead of a child of its own. On one GPU exactly those recorded one; with several the
+    # CLI's pool evaluates a batch under the bar of its proposal, so a candidate beaten by another of
+    # its batch may have recorded one too (on two H200s: one of eight).
     journal = [json.loads(x) for x in (out / "swiglu" / "journal.jsonl").read_text().splitlines() if x.strip()]
     with_timeline = {j["key"] for j in journal if j.get("outcome", {}).get("timeline")
                      and j["outcome"]["status"] == "PASSED"}  # a wrong one may be fast: its child cannot know
-    assert with_timeline == {p["key"] for p in profiles}, (with_timeline, [p["key"] for p in profiles])
-    assert len(with_timeline) < len(journal) and not any("timeline" in p["stages"] for p in profiles)
+    profiled = {p["key"] for p in profiles}
+    assert profiled <= with_timeline and not any("timeline" in p["stages"] for p in profiles), profiles
+    if torch.cuda.device_count() == 1:
+        assert with_timeline == profiled and len(with_timeline) < len(journal), (with_timeline, profiled)
 
 
 def _solution(tmp_path: Path, name: str, source: str) -> Path:
