@@ -289,9 +289,6 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     state: dict[str, Any] = {"baseline": None, "best": 1.0, "count": 0, "duplicates": 0, "noise": 1.0}
     prints: dict[str, str] = {}  # fingerprint -> key of the first evaluated candidate with it
     evaluated: list[Scored] = []
-    # Several GPUs: a batch is evaluated concurrently, one candidate per GPU; one GPU: in this process.
-    schedule = (Schedule(pool, TargetEval(target.definition, workloads, target.tolerance, replace(es, timeline=timelines)),
-                         journal) if pool is not None and len(pool.gpus) > 1 else None)  # fmt: skip
 
     def timeline_bar() -> tuple[float, tuple[tuple[str, float], ...]] | None:
         # Only a candidate the loop will profile needs its timeline (bounded_eval's rule: a new
@@ -306,6 +303,10 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         # another of the same batch records a timeline it will not need, never the reverse.
         return TargetEval(target.definition, workloads, target.tolerance,
                           replace(es, timeline=timelines, timeline_bar=timeline_bar()))  # fmt: skip
+
+    # Several GPUs: a batch is evaluated concurrently, one candidate per GPU; one GPU: in this process.
+    # The schedule's own evaluation (no bar yet) serves the baseline and the base branch.
+    schedule = Schedule(pool, pool_eval(), journal) if pool is not None and len(pool.gpus) > 1 else None
 
     def run_eval(cand: Candidate, may_profile: bool = True) -> Outcome:
         hit = journal.get(cand.key)
