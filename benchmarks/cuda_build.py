@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelpro.cuda_knobs import apply_knobs, find_knobs
 from kernelpro.runner.config import load_config
 from kernelpro.runner.cubin import build, cache_root, default_arch, find_nvcc, prebuild
-from kernelpro.runner.programmers.cuda_knobs import apply_knobs, find_knobs
 from kernelpro.runner.trace import Solution, SourceFile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cuda"

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from kernelpro.runner.programmers.knobs import find_knobs
+from kernelpro.knobs import find_knobs
 
 BENCH = Path(__file__).parents[1] / "benchmarks" / "corpus.py"
 

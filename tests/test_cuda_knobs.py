@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from kernelpro.cuda_knobs import UNROLL_FULL, apply_knobs, find_knobs
+from kernelpro.knobs import KnobError
 from kernelpro.runner.candidate import Candidate
 from kernelpro.runner.config import load_config
 from kernelpro.runner.cubin import find_nvcc, prebuild
 from kernelpro.runner.evaluator import Outcome
 from kernelpro.runner.programmers import Context
-from kernelpro.runner.programmers.cuda_knobs import UNROLL_FULL, apply_knobs, find_knobs
-from kernelpro.runner.programmers.knobs import KnobError
 from kernelpro.runner.programmers.tuner import Tuner
 from kernelpro.runner.search import Scored
 from kernelpro.runner.target import Target

@@ -1,4 +1,4 @@
-"""Tests for runner/programmers/knobs.py: finding and rewriting Triton launch knobs."""
+"""Tests for kernelpro/knobs.py: finding and rewriting Triton launch knobs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.runner.programmers.knobs import (
+from kernelpro.knobs import (
     DEFAULT_NUM_STAGES,
     DEFAULT_NUM_WARPS,
     Knob,

@@ -1,8 +1,9 @@
 """The deterministic programmer: moves a kernel's launch parameters, one knob at a time.
 
-Triton kernels: launch keywords and constexprs on the AST (knobs.py). Raw CUDA kernels: threads per
+Triton kernels: launch keywords and constexprs on the AST (kernelpro/knobs.py). Raw CUDA kernels: threads per
 block, vector width, work per thread, tile and unroll constants, `#pragma unroll` counts and
-`__launch_bounds__` minimum blocks in the source text (cuda_knobs.py).
+`__launch_bounds__` minimum blocks in the source text (kernelpro/cuda_knobs.py). Both are
+pure text code shared with the publish step, which replays a winner's setting on the PR head.
 
 No network and no randomness beyond a seed derived from the parent: the same run proposes the same
 candidates, so a retry that resumes from the journal continues exactly where it stopped.
@@ -14,11 +15,13 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ... import cuda_knobs
+from ...knobs import Knob, KnobError, entry_roots, find_knobs, reachable_functions
+from ...setting import apply_setting
 from ..candidate import Candidate
 from ..search import Scored
 from ..trace import Solution, SourceFile
-from . import Context, cuda_knobs
-from .knobs import Knob, KnobError, apply_knobs, entry_roots, find_knobs, reachable_functions
+from . import Context
 
 # Without findings: bigger tiles amortise per-program overhead first, then warps match the tile,
 # then pipelining. CUDA: threads per block first (occupancy, bytes in flight), then wider loads,
@@ -109,13 +112,8 @@ class Tuner:
         sources = []
         for src in solution.sources:
             mine = {fk.knob.name: settings[fk.key] for fk in knobs if fk.path == src.path}
-            try:
-                if not mine:
-                    content = src.content
-                elif cuda_knobs.is_cuda_source(src.path):
-                    content = cuda_knobs.apply_knobs(src.content, mine, *_cuda_launch(solution))
-                else:
-                    content = apply_knobs(src.content, mine)
+            try:  # the code the publish step replays the winner's setting with (kernelpro/setting.py)
+                content = apply_setting(src.path, src.content, mine, *_cuda_launch(solution))
             except KnobError:
                 return None
             sources.append(SourceFile(src.path, content))

@@ -1,6 +1,6 @@
 """CUDA knobs: the tunable constants of a raw CUDA kernel, found and rewritten in its source text.
 
-The CUDA half of the deterministic tuner (runner/programmers/knobs.py is the Triton half). A knob
+The CUDA half of the deterministic tuner (kernelpro/knobs.py is the Triton half). A knob
 is an integer the kernel author already wrote and that only changes how the work is laid out:
 
 * ``#define NAME <int>`` / ``constexpr int NAME = <int>;`` whose name reads as threads per block
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from .knobs import Knob, KnobError, checked_edits
 
-__all__ = ["CUDA_SUFFIXES", "UNROLL_FULL", "apply_knobs", "find_knobs", "is_cuda_source"]
+__all__ = ["CUDA_SUFFIXES", "UNROLL_FULL", "apply_knobs", "find_knobs", "is_cuda_source", "whole_range"]
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 UNROLL_FULL = 1 << 16  # stands for a bare `#pragma unroll`: unroll completely, the most unrolled
@@ -227,12 +227,20 @@ def _render(site: _Site, value: int) -> str:
     return site.first if value == 0 else f"{site.first}, {value}"
 
 
+def whole_range(knob: Knob) -> tuple[int, ...]:
+    """Every value a chain of tuner moves can give ``knob`` (a tile's window moves with each step)."""
+    if knob.kind == "tile":
+        return tuple(sorted({*(1 << k for k in range(11)), *knob.choices}))
+    return knob.choices
+
+
 def apply_knobs(source: str, settings: Mapping[str, int], kernel: str | None = None,
-                block: tuple[str, ...] | None = None) -> str:  # fmt: skip
+                block: tuple[str, ...] | None = None, *, lineage: bool = False) -> str:  # fmt: skip
     """``source`` with each named knob set; unnamed knobs keep their value and the current values
-    give back ``source`` unchanged. Raises KnobError for an unknown knob or a value off its choices."""
+    give back ``source`` unchanged. Raises KnobError for an unknown knob or a value off its choices
+    (with ``lineage``, off :func:`whole_range`: the setting of a winner several moves away)."""
     scanned = {k.name: (k, s) for k, s in _scan(source, kernel, block)}
-    edits = checked_edits(scanned, settings)
+    edits = checked_edits(scanned, settings, whole_range if lineage else None)
     result = source
     for site, value in sorted(edits, key=lambda e: -e[0].start):
         result = result[: site.start] + _render(site, value) + result[site.end :]

@@ -36,7 +36,7 @@ import bisect
 import io
 import re
 import tokenize
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -48,6 +48,7 @@ __all__ = [
     "apply_knobs",
     "find_knobs",
     "neighbours",
+    "whole_range",
 ]
 
 # Triton 3.x CUDA backend defaults (triton/backends/nvidia/compiler.py, CUDAOptions). A launch
@@ -624,31 +625,44 @@ def reachable_functions(source: str, roots: Iterable[str]) -> frozenset[str] | N
     return frozenset(seen)
 
 
-def checked_edits(scanned: Mapping[str, tuple[Knob, SiteT]], settings: Mapping[str, int]) -> list[tuple[SiteT, int]]:
+def checked_edits(scanned: Mapping[str, tuple[Knob, SiteT]], settings: Mapping[str, int],
+                  choices: Callable[[Knob], Collection[int]] | None = None) -> list[tuple[SiteT, int]]:  # fmt: skip
     """The (site, new value) edits ``settings`` asks of the knobs ``scanned`` in a source (Triton's
-    or CUDA's); KnobError for an unknown knob or a value off its choices."""
+    or CUDA's); KnobError for an unknown knob or a value off its choices (``choices(knob)`` when
+    given, else ``knob.choices``)."""
     edits: list[tuple[SiteT, int]] = []
     for name, value in settings.items():
         if name not in scanned:
             known = ", ".join(sorted(scanned)) or "none"
             raise KnobError(f"unknown knob {name!r} (known: {known})")
         knob, site = scanned[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value not in knob.choices:
-            raise KnobError(f"{value!r} is not a choice for knob {name!r}: {knob.choices}")
+        allowed = knob.choices if choices is None else choices(knob)
+        if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+            raise KnobError(f"{value!r} is not a choice for knob {name!r}: {tuple(sorted(allowed))}")
         if value != knob.value:
             edits.append((site, value))
     return edits
 
 
-def apply_knobs(source: str, settings: Mapping[str, int]) -> str:
+def whole_range(knob: Knob) -> tuple[int, ...]:
+    """Every value a chain of tuner moves can give ``knob``: its kind's whole range, where
+    ``knob.choices`` is one move's window around the value in the source."""
+    if knob.kind == "block":
+        base: Iterable[int] = (1 << k for k in range(BLOCK_MAX.bit_length()) if BLOCK_MIN <= 1 << k <= BLOCK_MAX)
+        return tuple(sorted({*base, *knob.choices}))
+    return knob.choices
+
+
+def apply_knobs(source: str, settings: Mapping[str, int], *, lineage: bool = False) -> str:
     """``source`` with each knob named in ``settings`` set to its value.
 
     Knobs not named keep their value; a setting equal to the current value changes nothing, so
     applying the current values returns ``source`` unchanged. Raises KnobError for an unknown
-    knob name or a value outside the knob's choices.
+    knob name or a value outside the knob's choices (with ``lineage``, outside :func:`whole_range`:
+    the setting of a winner several moves away from this source).
     """
     scanned = {knob.name: (knob, site) for knob, site in _scan(source)}
-    edits = checked_edits(scanned, settings)
+    edits = checked_edits(scanned, settings, whole_range if lineage else None)
 
     result = source
     # Right to left so earlier offsets stay valid; inserts at one call point are merged so
