@@ -60,6 +60,10 @@ NOT_MEASURED = "not measured in this version"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 _MD_SPECIAL = re.compile(r"([\\*_\[\]|~#!()])")
+_INERT = re.compile(r"[`@#]|://|(?i:www)\.")
+"""What GitHub turns into code, mentions, links or references; one pass, so no entity is re-read."""
+_INERT_AS = {"`": "&#96;", "@": "@&#8203;", "#": "#&#8203;", "://": ":&#8203;//"}
+"""Their inert spellings (``www.`` in any case gets a zero-width space before its dot)."""
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?")
 
 
@@ -78,8 +82,11 @@ def md(value: object, limit: int = 300) -> str:
     """Untrusted text as inert inline Markdown: one line, bounded, no HTML, no mentions.
 
     Control characters are removed, the text is cut to ``limit`` characters, Markdown punctuation
-    is backslash-escaped, ``& < > "`` and backticks become entities, and ``@`` gets a zero-width
-    space after it so ``@user`` and ``@org/team`` never notify anyone.
+    is backslash-escaped, ``& < > "`` and backticks become entities, and a zero-width space breaks
+    everything GitHub would turn into a link or a notification by itself: after ``@`` (mentions,
+    e-mail addresses), inside ``://`` (bare URLs of any scheme), after ``www`` (``www.`` hosts)
+    and after ``#`` (issue references). Escaping alone does not do it: GitHub autolinks text, and
+    a backslash-escaped ``https\\://`` is still the text ``https://``.
     """
     text = " ".join(strip_control(str(value)).split())
     if len(text) > limit:
@@ -88,7 +95,7 @@ def md(value: object, limit: int = 300) -> str:
     text = (
         text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     )
-    return text.replace("`", "&#96;").replace("@", "@&#8203;")
+    return _INERT.sub(lambda m: _INERT_AS.get(m.group(0), m.group(0)[:3] + "&#8203;."), text)
 
 
 def code_block(text: str, lang: str = "") -> str:

@@ -162,7 +162,7 @@ def test_hostile_text_is_escaped(gpu: Results, tmp_path: Path) -> None:
         "&lt;script&gt;alert\\(1\\)&lt;/script&gt; @&#8203;octocat &#96;rm -rf /&#96; \\| col" in b
     )
     stopped = next(line for line in b.splitlines() if "stopped:" in line)
-    assert "stopped: budget\\[31m spent \\#\\# injected heading" in stopped
+    assert "stopped: budget\\[31m spent \\#&#8203;\\#&#8203; injected heading" in stopped
     assert b.count("<details>") == b.count("</details>")
     assert "(gh run download" not in b
 
