@@ -57,8 +57,10 @@ def compare(name: str, dtype: str, got: Any, want: Any, atol: float, rtol: float
         exact: dict[str, Any] = {"max_abs": err, "max_rel": err, "rel_l2": 0.0 if bad == 0 else 1.0, "mismatches": bad}
         return ("INCORRECT_NUMERICAL" if bad else None), exact
     # float32 arithmetic is exact enough for tolerances of 1e-5 and several times cheaper than
-    # float64 on the 64M-element outputs of a GPU workload (compared here, on the host, per trial).
-    g, w = got.float(), want.float()
+    # float64 on the 64M-element outputs of a GPU workload (compared here, on the host, per trial);
+    # a float64 output is compared in float64, or its own tolerances (1e-8) would be rounding noise.
+    wide = torch.float64 if got.dtype == torch.float64 else torch.float32
+    g, w = got.to(wide), want.to(wide)
     stats = _all_finite_stats(g, w, atol, rtol)
     if stats is None:
         stats = _stats(g, w, atol, rtol)

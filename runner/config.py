@@ -455,14 +455,8 @@ class _Parser:
             if entry_file is not None and not entry_file.endswith((".cu", ".cuh")):
                 self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu file",
                          "write entry_point: path/to/kernel.cu::kernel_symbol (the extern \"C\" __global__ name)")  # fmt: skip
-        if a := at("tolerances"):
-            tm = self.mapping(
-                a[0], a[1], TOLERANCE_KEYS, what="a mapping like {atol: 1.0e-5, rtol: 1.0e-5}"
-            )
-            if tm is not None:
-                f["tolerance"] = Tolerance(
-                    **{k: self.number(v, f"{a[1]}.{k}") for k, (_, v) in tm.items()}
-                )
+        if (a := at("tolerances")) and (tol := self.tolerances(*a, defn)) is not None:
+            f["tolerance"] = tol
         if a := at("budget"):
             bm = self.mapping(
                 a[0], a[1], BUDGET_KEYS, what="a mapping like {evaluations: 24, minutes: 30}"
@@ -490,6 +484,31 @@ class _Parser:
                                                                      "language", "definition", "workloads")):  # fmt: skip
             return None
         return Target(**f)
+
+    def tolerances(self, node: yaml.Node, where: str, defn: Definition | None) -> Tolerance | None:
+        """``{atol, rtol}`` for every output, and ``{OUTPUT: {atol, rtol}}`` for one output."""
+        # Without a valid definition (its own error is reported) any output name is let through.
+        names = tuple(defn.outputs) if defn is not None else tuple(
+            self.pairs(node) if isinstance(node, yaml.MappingNode) else ())
+        tm = self.mapping(node, where, (*TOLERANCE_KEYS, *names),
+                          what="a mapping like {atol: 1.0e-5, rtol: 1.0e-5} (per output: {y: {atol: 1.0e-2}})")  # fmt: skip
+        if tm is None:
+            return None
+        n_errors = len(self.errors)
+        own: dict[str, Tolerance] = {}
+        top: dict[str, float | None] = {}
+        for k, (_, v) in tm.items():
+            if k in TOLERANCE_KEYS:
+                top[k] = self.number(v, f"{where}.{k}")
+                continue
+            om = self.mapping(v, f"{where}.{k}", TOLERANCE_KEYS,
+                              what=f"a mapping like {{atol: 1.0e-2, rtol: 1.0e-2}} for output {k}")  # fmt: skip
+            if om is not None:
+                vals = {t: self.number(x, f"{where}.{k}.{t}") for t, (_, x) in om.items()}
+                own[k] = Tolerance(vals.get("atol"), vals.get("rtol"))
+        if len(self.errors) > n_errors:
+            return None
+        return Tolerance(top.get("atol"), top.get("rtol"), tuple(own.items()))
 
     def launch(self, node: yaml.Node, where: str, defn: Definition | None, entry_point: str | None,
                language: str | None) -> Launch | None:  # fmt: skip

@@ -72,18 +72,36 @@ _PRIMITIVES: tuple[tuple[Any, str, Any], ...] = tuple(
 )
 
 _TORCH_DTYPES = {
-    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
     "bool": torch.bool,
 }  # fmt: skip
-for _name in ("float8_e4m3fn", "float8_e5m2"):
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
     if hasattr(torch, _name):
         _TORCH_DTYPES[_name] = getattr(torch, _name)
 
 _TAIL = 4000  # characters of a traceback kept in a log
 # Second poison for floating outputs: finite, so a candidate that skips writes "because the buffer
-# already holds NaN" (or whose writes only look right against NaN) fails the second run.
+# already holds NaN" (or whose writes only look right against NaN) fails the second run. Where the
+# dtype cannot hold it (float16's largest is 65504, float8's 448 or 57344) three quarters of its
+# largest value, negated unless the dtype has no sign (float8_e8m0fnu).
 _POISON_B = -7.25e4
+_view = torch.Tensor.view
+
+
+def _second_poison(dtype: torch.dtype) -> float:
+    info = torch.finfo(dtype)
+    v = min(-_POISON_B, 0.75 * info.max)
+    return v if info.min > 0 else -v
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit (torch.equal has no float8 kernel on the CPU: compare their bytes)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.is_floating_point and a.element_size() == 1:
+        a, b = _view(a, torch.uint8), _view(b, torch.uint8)
+    return bool(torch.equal(a, b))
 
 
 class CandidateError(Exception):
@@ -190,9 +208,12 @@ def _make_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any], see
         if dtype == torch.bool:
             t = torch.rand(shape, generator=gen, device=device) < 0.5
         elif dtype.is_floating_point:
-            t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+            # float64 drawn as float64: values rounded to float32 would hide a kernel that computes in float32.
+            wide = torch.float64 if dtype == torch.float64 else torch.float32
+            t = torch.randn(shape, generator=gen, device=device, dtype=wide).to(dtype)
         else:
-            t = torch.randint(-64, 64, shape, generator=gen, device=device, dtype=dtype)
+            low = 0 if torch.iinfo(dtype).min == 0 else -64
+            t = torch.randint(low, 64, shape, generator=gen, device=device, dtype=dtype)
         values.append(t)
     return values
 
@@ -236,7 +257,7 @@ def _poisoned_outputs(definition: Mapping[str, Any], axes: Mapping[str, int], de
         shape = _shape(definition, spec, axes) if spec["shape"] is not None else []
         t = torch.empty(shape, dtype=dtype, device=device)
         if dtype.is_floating_point:
-            t.fill_(_POISON_B if second else float("nan"))
+            t.fill_(_second_poison(dtype) if second else float("nan"))
         elif dtype == torch.bool:
             t.fill_(not second)
         else:
@@ -378,7 +399,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
             except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
                 raise _fail_from(exc) from None
             for name, before, after in zip(definition["inputs"], inputs, mine, strict=True):
-                if isinstance(before, torch.Tensor) and not torch.equal(before, after):
+                if isinstance(before, torch.Tensor) and not _same(before, after):
                     raise CandidateError("INCORRECT_NUMERICAL", json.dumps(
                         {"input": name, "trial": t, "reason": "the call modified an input, which the "
                          "definition does not declare as an output"}))  # fmt: skip

@@ -62,6 +62,11 @@ POINTEE: Mapping[str, tuple[str, ...]] = {
     "bfloat16": ("__nv_bfloat16", "nv_bfloat16", "__nv_bfloat162", "nv_bfloat162"),
     "float8_e4m3fn": ("__nv_fp8_e4m3", "uint8_t", "unsigned char", "char"),
     "float8_e5m2": ("__nv_fp8_e5m2", "uint8_t", "unsigned char", "char"),
+    "float8_e4m3fnuz": ("uint8_t", "unsigned char", "char"),
+    "float8_e5m2fnuz": ("uint8_t", "unsigned char", "char"),
+    "float8_e8m0fnu": ("__nv_fp8_e8m0", "uint8_t", "unsigned char", "char"),
+    "float64": ("double", "double2"),
+    "uint8": ("uint8_t", "unsigned char", "uchar4"),
     "int64": ("long long", "int64_t", "long", "longlong2"),
     "int32": ("int", "int32_t", "int2", "int4"),
     "int16": ("short", "int16_t"),
@@ -70,7 +75,8 @@ POINTEE: Mapping[str, tuple[str, ...]] = {
 }
 # Scalar inputs of a definition are passed by value; these C types hold each dtype.
 SCALAR_FOR_DTYPE: Mapping[str, tuple[str, ...]] = {
-    "float32": ("float", "double"), "float16": ("float",), "bfloat16": ("float",),
+    "float32": ("float", "double"), "float16": ("float",), "bfloat16": ("float",), "float64": ("double",),
+    "uint8": ("uint8_t", "unsigned char", "int"),
     "int64": ("long long", "int64_t", "long", "int", "int32_t"), "int32": ("int", "int32_t"),
     "int16": ("short", "int", "int16_t"), "int8": ("int8_t", "int", "char"), "bool": ("bool", "int"),
 }  # fmt: skip

@@ -278,7 +278,9 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     es = replace(es, timeout_s=min(es.timeout_s, target.budget.timeout_s))
     ctx_key = context_key({
         "definition": target.definition.to_json(), "workloads": [w.to_json() for w in workloads],
-        "tolerance": [target.tolerance.atol, target.tolerance.rtol], "device": device, "trials": es.trials,
+        "tolerance": [target.tolerance.atol, target.tolerance.rtol,
+                      *([[(n, t.atol, t.rtol) for n, t in target.tolerance.outputs]] if target.tolerance.outputs else [])],
+        "device": device, "trials": es.trials,
         "seed": es.seed, "evaluator": EVALUATOR_VERSION,  # verdicts of an older evaluator are not resumed
     })  # fmt: skip
     journal = Journal(out_dir / "journal.jsonl", ctx_key)

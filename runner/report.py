@@ -169,6 +169,8 @@ def render_report(result: Result, settings: RunSettings, patch: str = "") -> str
         axes={w.uuid: ", ".join(f"{k}={v}" for k, v in w.axes.items())
               for w in result.target.workloads_for(result.device)},  # fmt: skip
         patch=patch,
-        tolerance={d: result.target.tolerance.for_dtype(d) for d in
+        # By dtype, or by output when the configuration sets some per output.
+        tolerance={n: result.target.tolerance.for_output(n, o.dtype) for n, o in result.target.definition.outputs.items()}
+        if result.target.tolerance.outputs else {d: result.target.tolerance.for_dtype(d) for d in
                    sorted({o.dtype for o in result.target.definition.outputs.values()})},  # fmt: skip
     )

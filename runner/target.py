@@ -12,11 +12,16 @@ from .trace import BuildSpec, Definition, Solution, SourceFile, Workload
 # Defaults per output dtype: (atol, rtol). Wider for low-precision types, where legitimate
 # reorderings (exp2 for exp, fused multiply-add) move the last bits.
 DEFAULT_TOLERANCE: Mapping[str, tuple[float, float]] = {
+    "float64": (1e-8, 1e-8),
     "float32": (1e-5, 1e-5),
     "float16": (1e-3, 1e-3),
     "bfloat16": (1e-2, 1e-2),
     "float8_e4m3fn": (1e-1, 1e-1),
     "float8_e5m2": (1e-1, 1e-1),
+    "float8_e4m3fnuz": (1e-1, 1e-1),
+    "float8_e5m2fnuz": (1e-1, 1e-1),
+    # Powers of two only: a scale rounded the other way (ceil against round) is one step, 2x, away.
+    "float8_e8m0fnu": (0.0, 1.0),
     "float4_e2m1": (5e-1, 5e-1),
 }
 
@@ -29,10 +34,21 @@ class Tolerance:
     """Absolute tolerance."""
     rtol: float | None = None
     """Relative tolerance."""
+    outputs: tuple[tuple[str, Tolerance], ...] = ()
+    """Per output name, what it sets overrides the values above (a bf16 output and an fp32
+    statistic of the same kernel need different ones)."""
 
     def for_dtype(self, dtype: str) -> tuple[float, float]:
         atol, rtol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))
         return (atol if self.atol is None else self.atol, rtol if self.rtol is None else self.rtol)
+
+    def for_output(self, name: str, dtype: str) -> tuple[float, float]:
+        """(atol, rtol) of one output: its own, else the target's, else its dtype's default."""
+        atol, rtol = self.for_dtype(dtype)
+        own = dict(self.outputs).get(name)
+        if own is None:
+            return atol, rtol
+        return (atol if own.atol is None else own.atol, rtol if own.rtol is None else own.rtol)
 
 
 @dataclass(frozen=True)

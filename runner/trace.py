@@ -19,9 +19,12 @@ from typing import Any
 
 from .launch import Launch, LaunchError
 
+# FlashInfer-Trace's dtypes, and what else a kernel of a real repository returns (float64, the
+# other float8 kinds torch has, uint8).
 DTYPES = (
     "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
     "int64", "int32", "int16", "int8", "bool",
+    "float64", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "uint8",
 )  # fmt: skip
 LANGUAGES = ("python", "triton", "cpp", "cuda", "tilelang")
 STATUSES = (
