@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from . import confinement
+
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
@@ -88,6 +90,10 @@ def _child(req: Mapping[str, Any], out_fd: int) -> None:
         os.environ.update(req["env"])
         if req["isolate"]:
             _confine()
+        elif req.get("policy"):
+            confinement.supervise()  # no pid namespace: a subreaper outlives the harness and cleans up
+        if req.get("policy"):
+            confinement.restrict(confinement.Policy.from_json(req["policy"]))
         code = 1
         if req.get("probe"):
             os._exit(0)
@@ -222,13 +228,14 @@ class ForkServer:
         return self._proc.poll() is None
 
     def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], isolate: bool,
-              timeout_s: float = 60.0, probe: bool = False) -> Forked:  # fmt: skip
+              timeout_s: float = 60.0, probe: bool = False, policy: str | None = None) -> Forked:  # fmt: skip
         rid = next(self._ids)
         answer: queue.Queue[dict[str, Any]] = queue.Queue()
         self._replies[rid] = answer
         r, w = os.pipe()
         try:
-            req = {"id": rid, "argv": list(argv), "cwd": str(cwd), "env": dict(env), "isolate": isolate, "probe": probe}
+            req = {"id": rid, "argv": list(argv), "cwd": str(cwd), "env": dict(env), "isolate": isolate, "probe": probe,
+                   "policy": policy}  # fmt: skip
             socket.send_fds(self._sock, [json.dumps(req).encode()], [w])
         finally:
             os.close(w)

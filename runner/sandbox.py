@@ -13,6 +13,7 @@ harness itself (runner/harness.py), after CUDA is up. A crash or a GPU fault end
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -28,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import confinement
 
 # Variables a CUDA/Triton process needs; nothing else crosses into the candidate's process.
 _ALLOWED = (
@@ -152,7 +155,8 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               privileged: bool = False, memory_limit_mb: int = 0,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
               during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None,
-              fork: bool = False, deadline: Callable[[], float] | None = None) -> ChildResult:  # fmt: skip
+              fork: bool = False, deadline: Callable[[], float] | None = None,
+              writable: Sequence[Path] = ()) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
@@ -162,23 +166,29 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     process's fork server (runner/forkserver.py) where it can be confined as unshare would; without
     a wrapper only, since a profiler must start the process it profiles. ``deadline``, asked again
     and again, replaces start + ``timeout_s`` as the time (``time.perf_counter``) the child is killed
-    at: a standby's limit starts when its request is given (runner/standby.py)."""
+    at: a standby's limit starts when its request is given (runner/standby.py). ``writable``: folders
+    the child may write besides its own (a profiler's report); everything else it sees read-only
+    (runner/confinement.py). Raises SandboxError where the confinement is unavailable and the
+    operator did not opt in to run unconfined."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
-    sandbox = {"network": network, "parent": protect_parent()}
+    confined = _confinement(pid_namespace="-p" in prefix)
+    sandbox = {"network": network, "parent": protect_parent(), "confinement": confined.description}
     # The fork server confines a child exactly as the most confined user-namespace variant does.
     forkable = fork and not wrapper and (not prefix or tuple(prefix[1:]) == _VARIANTS_USER[0])
     with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
         env = scrubbed_env({**child_variables(work, device, cache_dir), **(variables or {})})
-        cmd = [*prefix, *wrapper, sys.executable, "-m", "kernelpro.runner.harness",
+        cmd = [*wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
+        rules = confinement.policy([work, cache_dir, *writable]) if confined.landlock else None
+        cmd = [*prefix, *(confinement.command(cmd, rules) if rules else cmd)]
         server = _fork_server(work, bool(prefix)) if forkable else None
         t0, wall0 = time.perf_counter(), time.time()
         proc: Any = None
         if server is not None:
             with contextlib.suppress(OSError):  # the server died: a fresh interpreter, as without it
-                proc = server.spawn(cmd[-2:], work, env, isolate=bool(prefix))
+                proc = server.spawn(cmd[-2:], work, env, isolate=bool(prefix), policy=rules.to_json() if rules else None)
                 sandbox["spawn"] = "forked from the fork server"
         if proc is None:
             proc = subprocess.Popen(
@@ -275,7 +285,7 @@ def _watch(proc: subprocess.Popen[bytes], deadline: Callable[[], float], memory_
         elif memory_limit_mb > 0 and (rss := _group_rss_mb(proc.pid)) > memory_limit_mb:
             reason = "memory"
         if reason != "exit":
-            _kill_group(proc)
+            _stop(proc)
             break
         time.sleep(0.05)
     proc.wait()
@@ -302,6 +312,30 @@ def _group_rss_mb(pgid: int) -> float:
         except (OSError, ValueError, IndexError):
             continue
     return total / 2**20
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM first: a supervisor (runner/confinement.py) then kills what its candidate left behind,
+    daemons in sessions of their own included, before it exits; then SIGKILL to the whole group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGTERM)
+    end = time.perf_counter() + 2.0
+    while proc.poll() is None and time.perf_counter() < end:
+        time.sleep(0.01)
+    _kill_group(proc)
+
+
+def _confinement(pid_namespace: bool) -> confinement.Availability:
+    """What confines the next child; SandboxError where that is not enough and the operator did
+    not opt in. Every orchestrator module is imported first: nothing of the installation is read
+    from disk again after a candidate ran (belt and braces: the installation is read-only to it)."""
+    confinement.preload()
+    got = confinement.available(pid_namespace)
+    if got.sufficient:
+        return got
+    if not confinement.unconfined_allowed():
+        raise SandboxError(confinement.REFUSAL.format(why=got.description))
+    return dataclasses.replace(got, description=f"UNCONFINED (operator opted in): {got.description}")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,341 @@
+"""Confinement of everything that runs code from a pull request: a read-only world, no escape from
+the candidate's process tree, no reach into other processes.
+
+Namespaces alone (runner/sandbox.py's ``unshare``) are not enough and not always there: Ubuntu
+24.04 and Docker's default seccomp profile refuse unprivileged user namespaces, and inside them a
+candidate is root of its own mount namespace, so it could unmount the fresh /proc and write every
+file of its uid (the venv kernelpro runs from, the checkout's ``.git``, the results). So every
+candidate, profiler and binary tool runs under **Landlock** (Linux >= 5.13, no privilege, no
+dependency, works inside or outside namespaces):
+
+- files: read only the system (``/usr``, ``/etc``, ...), the Python installation and the CUDA
+  toolkit; write only its own work directory (and its compile cache). Not readable: ``/tmp`` (other
+  runs, reference outputs of any run), ``$HOME`` (credentials), the checkout, the results. The
+  installation is read-only, and a Landlock domain may not mount or unmount anything, so the fresh
+  /proc of a pid namespace cannot be taken off to show the host's.
+- processes: Landlock forbids ptrace-class access (``/proc/PID/environ``, ``/proc/PID/mem``) to
+  any process outside the domain; from ABI 6 on it also forbids signals and abstract unix sockets
+  outside it. No TCP bind or connect (ABI 4).
+- lifetime: a supervisor (this module's ``main``, or the fork server's child) is a child
+  subreaper: what the candidate leaves behind, after ``setsid`` too, is re-parented to it and
+  killed when the candidate's main process ends. In a pid namespace, the namespace's end does it.
+
+A run needs the file rules, and either a pid namespace or Landlock ABI 6 (so the candidate cannot
+kill its supervisor and escape with its daemons). Without that, ``available()`` says why and the
+sandbox refuses to start candidates unless the operator opted in (``--allow-unconfined`` /
+``KERNELPRO_ALLOW_UNCONFINED=1``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import glob
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same on x86_64 and aarch64
+_PATH_BENEATH = 1
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1, 2, 4, 8
+_FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
+_REFER, _TRUNCATE = 1 << 13, 1 << 14
+# IOCTL_DEV (ABI 5) is left unhandled: the CUDA driver talks to /dev/nvidia* through ioctls.
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE
+_NET_TCP = 1 | 2  # bind, connect
+_SCOPE = 1 | 2  # abstract unix sockets, signals
+PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
+_ALLOW_UNCONFINED = [False]
+
+# What a candidate may read, besides the Python installation, the CUDA toolkit and its own files.
+SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev")
+# Character devices a process may open for writing: the null devices and the GPU's.
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
+            "/dev/nvidia-caps/*", "/dev/dri/*")  # fmt: skip
+
+
+class ConfinementError(OSError):
+    """The confinement could not be applied: the process must not go on."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a confined process may touch."""
+
+    readable: tuple[str, ...]
+    """Directories (and files) it may read and execute."""
+    writable: tuple[str, ...]
+    """Directories it may read, write, create and remove files in."""
+    devices: tuple[str, ...] = ()
+    """Device files it may open for writing."""
+
+    def to_json(self) -> str:
+        return json.dumps({"readable": self.readable, "writable": self.writable, "devices": self.devices})
+
+    @staticmethod
+    def from_json(text: str) -> Policy:
+        d = json.loads(text)
+        return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())))
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Which confinement this machine gives a candidate."""
+
+    landlock: int
+    """Landlock ABI version (0: none)."""
+    pid_namespace: bool
+    """Candidates get a pid namespace of their own (unshare or the fork server)."""
+    sufficient: bool
+    """Files are confined and no process of a candidate can outlive it."""
+    description: str
+    """One line for the report and the PR comment."""
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where Landlock is absent or disabled."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    v = libc.syscall(ctypes.c_long(_SYS_CREATE), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return int(v) if v > 0 else 0
+
+
+def available(pid_namespace: bool) -> Availability:
+    abi = landlock_abi()
+    parts = []
+    if abi:
+        parts.append(f"Landlock ABI {abi} (read-only world except the work directory, no access to other "
+                     f"processes{', no TCP' if abi >= 4 else ''}{', signals scoped' if abi >= 6 else ''})")  # fmt: skip
+    else:
+        parts.append("no Landlock (kernel < 5.13 or not in the boot's lsm= list): files are NOT confined")
+    parts.append("pid namespace" if pid_namespace else
+                 ("subreaper supervisor" if abi >= 6 else "no pid namespace and no Landlock signal scoping: "
+                  "a candidate's daemons can outlive it"))  # fmt: skip
+    ok = abi >= 1 and (pid_namespace or abi >= 6)
+    return Availability(abi, pid_namespace, ok, " + ".join(parts))
+
+
+def allow_unconfined(allow: bool) -> None:
+    """The operator's explicit opt-in to run candidates where the confinement is unavailable."""
+    _ALLOW_UNCONFINED[0] = allow
+
+
+def unconfined_allowed() -> bool:
+    return _ALLOW_UNCONFINED[0]
+
+
+REFUSAL = ("candidates were not run: {why}. Fix: run on a kernel with Landlock enabled (Linux >= 5.13 with "
+           "landlock in /sys/kernel/security/lsm; >= 6.12 or unprivileged user namespaces for process "
+           "confinement), see docs/github.md 'Runner hardening'; or accept the risk with --allow-unconfined "
+           "(KERNELPRO_ALLOW_UNCONFINED=1): a pull request's code then runs with the runner user's rights")  # fmt: skip
+
+
+def _existing(paths: Iterable[str | os.PathLike[str] | None]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        if not p:
+            continue
+        with_links = os.path.abspath(p)
+        for q in (with_links, os.path.realpath(with_links)):
+            if os.path.exists(q) and q not in out:
+                out.append(q)
+    return out
+
+
+def _installation() -> list[str]:
+    """The interpreter, its libraries, and kernelpro's own package folders (an editable install maps
+    them outside site-packages). '' (the current directory) is not among them."""
+    import kernelpro
+
+    paths: list[str] = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    paths += [p for p in sys.path if p and os.path.isabs(p)]
+    paths += list(kernelpro.__path__)
+    for sub in ("runner", "bot"):
+        mod = sys.modules.get(f"kernelpro.{sub}")
+        if mod is not None:
+            paths += list(getattr(mod, "__path__", []))
+    return _existing([*paths, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")])
+
+
+def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence[str | os.PathLike[str]] = ()) -> Policy:
+    """The policy of a candidate whose own directories are ``writable``."""
+    import kernelpro.runner  # noqa: F401 - its folder must be readable for the harness
+
+    devices = [d for pat in _DEVICES for d in glob.glob(pat)]
+    return Policy(tuple(_existing([*SYSTEM_READABLE, *_installation(), *readable])),
+                  tuple(_existing(writable)), tuple(_existing(devices)))  # fmt: skip
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]  # fmt: skip
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def restrict(p: Policy) -> int:
+    """Confine the calling process (and all it starts) to ``p`` for good; the ABI used. Raises
+    ConfinementError where Landlock is missing or refuses."""
+    abi = landlock_abi()
+    if abi < 1:
+        raise ConfinementError("Landlock is not available in this kernel")
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    fs = _FS_ABI1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    attr = _RulesetAttr(fs, _NET_TCP if abi >= 4 else 0, _SCOPE if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    fd = libc.syscall(ctypes.c_long(_SYS_CREATE), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        raise ConfinementError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        file_rights = _FILE_RIGHTS & fs
+        for rights, paths in ((_READ, p.readable), (fs, p.writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices)):
+            for path in paths:
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # gone since the policy was made: nothing to allow
+                try:
+                    allowed = rights if os.path.isdir(path) else rights & file_rights
+                    rule = _PathBeneath(allowed, pfd)
+                    if libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(_PATH_BENEATH),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:  # fmt: skip
+                        raise ConfinementError(ctypes.get_errno(), f"landlock_add_rule {path} failed")
+                finally:
+                    os.close(pfd)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.syscall(ctypes.c_long(_SYS_RESTRICT), ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            raise ConfinementError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(fd)
+    return abi
+
+
+# --------------------------------------------------------------------------- the supervisor
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process below this one (a subreaper: orphans are its children) until none is left."""
+    me = os.getpid()
+    while True:
+        for pid in _children(me):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.001)  # one re-parented since the listing: list again
+
+
+def supervise() -> None:
+    """Fork; return in the child. The parent, a subreaper, waits for the child, kills whatever the
+    child left behind (daemons after ``setsid`` included) and exits with the child's status; on
+    SIGTERM/SIGINT/SIGHUP it kills the whole tree first."""
+    libc = _libc()
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    pid = os.fork()
+    if pid == 0:
+        return
+
+    def stop(*_: object) -> None:
+        kill_descendants()
+        os._exit(128 + signal.SIGKILL)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    status = 0
+    while True:
+        try:
+            got, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if got == pid:
+            status = st
+            break
+    kill_descendants()
+    if os.WIFSIGNALED(status):  # die the same way, so the caller sees what killed it
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def command(argv: Sequence[str], p: Policy) -> list[str]:
+    """``argv`` run confined to ``p`` under a supervisor: a fresh interpreter that needs none of
+    the orchestrator's imports."""
+    return [sys.executable, "-I", "-S", "-c", _BOOT, p.to_json(), *argv]
+
+
+# The supervisor's interpreter imports this file alone, not kernelpro's packages (-I -S: no site,
+# no user paths, nothing from the current directory).
+_BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('kp_confinement', " + repr(__file__) +
+         "); m = sys.modules['kp_confinement'] = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")  # fmt: skip
+
+
+def main(args: Sequence[str]) -> None:
+    """``POLICY_JSON ARGV...``: supervise, confine, exec."""
+    p, argv = Policy.from_json(args[0]), list(args[1:])
+    try:
+        if os.getpid() != 1:  # pid 1 of a namespace: its end kills the namespace, the candidate is it
+            supervise()
+        restrict(p)
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        print(f"kernelpro confinement: {e}", file=sys.stderr, flush=True)
+        os._exit(70)
+
+
+@functools.lru_cache(maxsize=1)
+def preload() -> tuple[str, ...]:
+    """Import every kernelpro module now, before any candidate runs, so that nothing of the
+    installation is read from disk again once code of a pull request has run; the modules that could
+    not be imported (an optional dependency missing), which are then never used."""
+    import importlib
+    import pkgutil
+
+    missing: list[str] = []
+    # kernelpro.runner and kernelpro.bot are mapped from folders beside kernelpro/ (package-dir), so
+    # each is walked from its own path.
+    for name in ("kernelpro", "kernelpro.runner", "kernelpro.bot"):
+        pkg = importlib.import_module(name)
+        for mod in pkgutil.walk_packages(pkg.__path__, f"{name}.", onerror=missing.append):
+            try:
+                importlib.import_module(mod.name)
+            except Exception:  # noqa: BLE001 - an optional dependency absent: that module is never used
+                missing.append(mod.name)
+    return tuple(missing)
