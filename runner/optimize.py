@@ -20,6 +20,7 @@ from typing import Any
 from .basebranch import BaseComparison
 from .basebranch import compare as compare_base
 from .candidate import Candidate, fingerprint
+from .checkout import CheckoutError, read_source
 from .cubin import BuildPool, cache_root
 from .energy import (
     EnergyOutcome,
@@ -580,7 +581,10 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
     chunks: list[str] = []
     for src in solution.sources:
-        old = (head_checkout / src.path).read_text() if (head_checkout / src.path).exists() else ""
+        try:  # from the commit, never through a link of the work tree
+            old = read_source(head_checkout, src.path)
+        except CheckoutError:
+            old = ""
         if old != src.content:
             chunks.extend(difflib.unified_diff(old.splitlines(True), src.content.splitlines(True),
                                                f"a/{src.path}", f"b/{src.path}"))  # fmt: skip

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkout import read_source
 from .launch import Launch
 from .trace import BuildSpec, Definition, Solution, SourceFile, Workload
 
@@ -102,8 +103,10 @@ class Target:
         return self.workloads if device == "cuda" or not self.cpu_workloads else self.cpu_workloads
 
     def solution(self, checkout: Path, name: str | None = None, author: str = "baseline") -> Solution:
-        """The kernel as it stands in a checkout: its files become the Solution's sources."""
-        sources = tuple(SourceFile(f, (checkout / f).read_text()) for f in self.files)
+        """The kernel as its commit holds it (read from git objects, not the work tree): its files
+        become the Solution's sources. Symlinks, submodules and paths outside the checkout are refused
+        (runner/checkout.py's CheckoutError says which and why)."""
+        sources = tuple(SourceFile(f, read_source(checkout, f)) for f in self.files)
         return Solution(
             name=name or f"{self.name}-baseline",
             definition=self.definition.name,
