@@ -33,7 +33,7 @@ ENERGY_MODES = ("off", "passive", "active")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
-    "binding",
+    "binding", "returns", "in_place",
 )  # fmt: skip
 REQUIRED_TARGET_KEYS = ("name", "files", "language", "entry_point", "definition", "workloads")
 DEFINITION_KEYS = ("name", "op_type", "axes", "inputs", "outputs", "reference", "tags",
@@ -455,6 +455,8 @@ class _Parser:
             if entry_file is not None and not entry_file.endswith((".cu", ".cuh")):
                 self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu file",
                          "write entry_point: path/to/kernel.cu::kernel_symbol (the extern \"C\" __global__ name)")  # fmt: skip
+        if defn is not None and ("returns" in m or "in_place" in m):
+            self.outputs_from(m, where, defn, f)
         if (a := at("tolerances")) and (tol := self.tolerances(*a, defn)) is not None:
             f["tolerance"] = tol
         if a := at("budget"):
@@ -484,6 +486,63 @@ class _Parser:
                                                                      "language", "definition", "workloads")):  # fmt: skip
             return None
         return Target(**f)
+
+    def outputs_from(self, m: dict[str, tuple[yaml.Node, yaml.Node]], where: str, defn: Definition,
+                     f: dict[str, Any]) -> None:  # fmt: skip
+        """``in_place: {OUTPUT: INPUT}`` and ``returns:`` (a list, one entry per other output in the
+        definition's order, or ``{OUTPUT: where}``; where = an index into the returned tuple, or a key
+        or attribute name) into f's in_place and returns."""
+        if f.get("destination_passing_style") or f.get("language") == "cuda" and f.get("binding") is None:
+            key = "returns" if "returns" in m else "in_place"
+            self.err(m[key][0], f"{where}.{key}", f"'{key}' describes an entry point that returns its outputs, but "
+                     "this one takes them as trailing arguments (destination_passing_style)",
+                     f"remove '{key}', or set destination_passing_style: false")  # fmt: skip
+            return
+        pairs: dict[str, str] = {}
+        if "in_place" in m:
+            node, w = m["in_place"][1], f"{where}.in_place"
+            im = self.mapping(node, w, tuple(defn.outputs), what="a mapping OUTPUT: INPUT, e.g. {y: x}")
+            for out, (_, vn) in (im or {}).items():
+                inp, o = self.value(vn), defn.outputs[out]
+                spec = defn.inputs.get(inp) if isinstance(inp, str) else None
+                if spec is None or spec.shape is None:
+                    tensors = [n for n, t in defn.inputs.items() if t.shape is not None]
+                    self.err(vn, f"{w}.{out}", f"{inp!r} is not a tensor input of the definition",
+                             f"name the input that {out} is written into, one of {_fmt(tensors)}")  # fmt: skip
+                elif (spec.shape, spec.dtype) != (o.shape, o.dtype):
+                    self.err(vn, f"{w}.{out}", f"output {out} ({o.dtype} [{_fmt(o.shape or [])}]) cannot be written "
+                             f"into input {inp} ({spec.dtype} [{_fmt(spec.shape)}])",
+                             "give them the same shape and dtype in the definition, or correct the pair")  # fmt: skip
+                else:
+                    pairs[out] = inp
+            f["in_place"] = tuple(pairs.items())
+        rest = [o for o in defn.outputs if o not in pairs]
+        if "returns" not in m:
+            return
+        node, w = m["returns"][1], f"{where}.returns"
+        example = f"returns: [{', '.join(str(i) for i in range(len(rest)))}] or {{{rest[0] if rest else 'y'}: 0}}"
+        raw = self.value(node)
+        if isinstance(raw, Mapping):
+            unknown, missing = [k for k in raw if k not in rest], [o for o in rest if o not in raw]
+            if unknown or missing:
+                what = (f"{_fmt(unknown)} {'is' if len(unknown) == 1 else 'are'} not an output returned by the entry point"
+                        if unknown else f"no place given for output(s) {_fmt(missing)}")  # fmt: skip
+                self.err(node, w, what, f"name each output not written in place ({_fmt(rest) or 'none'}) once, e.g. "
+                         f"{example}")  # fmt: skip
+                return
+            places = [raw[o] for o in rest]
+        else:
+            places = raw if isinstance(raw, list) else [raw]
+            if len(places) != len(rest):
+                self.err(node, w, f"{len(places)} place(s) for {len(rest)} returned output(s) ({_fmt(rest) or 'none'})",
+                         f"give one place per output, in the definition's order, e.g. {example}")  # fmt: skip
+                return
+        for p in places:
+            if isinstance(p, bool) or not (isinstance(p, int) and p >= 0 or isinstance(p, str) and p.isidentifier()):
+                self.err(node, w, f"{p!r} is neither an index (0, 1, ...) nor a name",
+                         f"write an index into the returned tuple or the key/attribute holding the output, e.g. {example}")  # fmt: skip
+                return
+        f["returns"] = tuple(places)
 
     def tolerances(self, node: yaml.Node, where: str, defn: Definition | None) -> Tolerance | None:
         """``{atol, rtol}`` for every output, and ``{OUTPUT: {atol, rtol}}`` for one output."""

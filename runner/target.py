@@ -98,6 +98,10 @@ class Target:
     """How the harness calls a raw CUDA kernel (language 'cuda'); None otherwise."""
     binding: str | None = None
     """'torch' for a cuda target built as a torch extension (its sources define the wrapper)."""
+    returns: tuple[int | str, ...] = ()
+    """Where the outputs are in what the entry point returns (BuildSpec.returns); empty: in order."""
+    in_place: tuple[tuple[str, str], ...] = ()
+    """(output, input): outputs the entry point writes into one of its inputs."""
 
     def workloads_for(self, device: str) -> tuple[Workload, ...]:
         return self.workloads if device == "cuda" or not self.cpu_workloads else self.cpu_workloads
@@ -118,6 +122,8 @@ class Target:
                 destination_passing_style=self.destination_passing_style,
                 launch=self.launch,
                 binding=self.binding,
+                returns=self.returns,
+                in_place=self.in_place,
             ),
             sources=sources,
         )

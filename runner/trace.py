@@ -19,13 +19,13 @@ from typing import Any
 
 from .launch import Launch, LaunchError
 
-# FlashInfer-Trace's dtypes, and what else a kernel of a real repository returns (float64, the
-# other float8 kinds torch has, uint8).
 DTYPES = (
     "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
     "int64", "int32", "int16", "int8", "bool",
-    "float64", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "uint8",
 )  # fmt: skip
+# What else a kernel of a real repository returns (kernelpro's extension of FlashInfer-Trace's
+# dtypes: a definition that uses one is not one flashinfer-bench reads).
+EXTRA_DTYPES = ("float64", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "uint8")
 LANGUAGES = ("python", "triton", "cpp", "cuda", "tilelang")
 STATUSES = (
     "PASSED", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
@@ -111,7 +111,7 @@ class TensorSpec:
             f"{where}.shape must be a list of axis names or null",
         )
         dtype = d.get("dtype")
-        _need(dtype in DTYPES, f"{where}.dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        _need(dtype in DTYPES + EXTRA_DTYPES, f"{where}.dtype {dtype!r} is not one of {', '.join(DTYPES + EXTRA_DTYPES)}")
         return TensorSpec(tuple(shape) if shape is not None else None, str(dtype), d.get("description"))
 
 
@@ -326,6 +326,12 @@ class BuildSpec:
     launch: Launch | None = None
     """How to launch a raw CUDA kernel (kernelpro's extension, from the target's `launch`; written as
     spec.launch, a key flashinfer-bench ignores). None for every other language."""
+    returns: tuple[int | str, ...] = ()
+    """Where each output not written in place (in the definition's order) is in what the entry point
+    returns: an index into the returned tuple, or a key (dict) or attribute name. Empty: the returned
+    values are those outputs, in order (kernelpro's extension, like launch)."""
+    in_place: tuple[tuple[str, str], ...] = ()
+    """(output, input) pairs: the entry point writes that output into that input (kernelpro's extension)."""
 
     def __post_init__(self) -> None:
         _need(self.language in LANGUAGES, f"spec.language {self.language!r} is not one of {LANGUAGES}")
@@ -344,6 +350,10 @@ class BuildSpec:
             d["binding"] = self.binding
         if self.launch is not None:
             d["launch"] = self.launch.to_json()
+        if self.returns:
+            d["returns"] = list(self.returns)
+        if self.in_place:
+            d["in_place"] = dict(self.in_place)
         return d
 
 
@@ -398,6 +408,8 @@ class Solution:
         for part in (self.spec.language, self.spec.entry_point, str(self.spec.destination_passing_style),
                      self.spec.binding or "", *self.spec.dependencies,
                      *([json.dumps(self.spec.launch.to_json(), sort_keys=True)] if self.spec.launch else []),
+                     *([json.dumps([list(self.spec.returns), list(self.spec.in_place)])]
+                       if self.spec.returns or self.spec.in_place else []),
                      *(p for s in sorted(self.sources, key=lambda s: s.path) for p in (s.path, s.content))):  # fmt: skip
             h.update(part.encode())
             h.update(b"\0")
@@ -430,6 +442,8 @@ class Solution:
             destination_passing_style=bool(s.get("destination_passing_style", True)),
             binding=s.get("binding"),
             launch=_launch(s.get("launch")),
+            returns=tuple(s.get("returns") or ()),
+            in_place=tuple((str(o), str(i)) for o, i in dict(s.get("in_place") or {}).items()),
         )
         sources = d["sources"]
         _need(isinstance(sources, list) and all(isinstance(f, Mapping) and isinstance(f.get("path"), str)
