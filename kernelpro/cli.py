@@ -121,6 +121,15 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
     get_strategy(search)
     programmer = load_programmer(programmer_name, settings)
+    check = getattr(programmer, "check", None)
+    if callable(check):
+        # Before any evaluation: a dead endpoint, a rejected key or an unknown model ends the run here.
+        print(f"Checking the LLM endpoint {getattr(programmer, 'where', '')} and model {getattr(programmer, 'model', '')}")
+        check()
+    device = settings.resolved_device()
+    if tool_mode == "reactive" and feedback == "tools" and device != "cuda":
+        print("--tools reactive: there is no GPU, so no profile: the model is offered no profiling tool (only the "
+              "code search when KERNELPRO_CUTLASS_DIR is set). Run on a GPU with ncu for the tools.")  # fmt: skip
     extractor = None
     if memory and programmer_name == "llm":  # the configured model also keeps the search memory
         from kernelpro.runner.extractor import LLMExtractor
@@ -128,7 +137,6 @@ def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings
 
         assert isinstance(programmer, LLMProgrammer)
         extractor = LLMExtractor(programmer.client, programmer.model)
-    device = settings.resolved_device()
     with _gpu_pool(settings, device) as pool:
         return _run_targets(repo, base, head, out, settings, kernel=kernel, budget=budget, programmer=programmer,
                             search=search, feedback=feedback, tool_mode=tool_mode, memory=memory, device=device,
@@ -195,6 +203,7 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
         if device == "cpu":
             print("No GPU: kernels run in Triton's interpreter on the CPU; timings are not GPU timings.")
         reports, patches, summaries = [], [], []
+        failed: list[str] = []
         trace_all = out / "trace.jsonl"
         trace_all.write_text("")
         for target in targets:
@@ -218,6 +227,9 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
                              feedback=feedback,
                              tool_mode=tool_mode, extra_tools=extra_tools, memory=memory,
                              per_step=candidates or RunSettings.per_step, energy=energy_mode)  # fmt: skip
+            rs = replace(rs, command=reproduce(repo, co.base_sha, co.head_sha, out, settings, device=device,
+                                               kernel=target.name, budget=budget or target.budget.evaluations,
+                                               programmer=programmer.name, settings_=rs, cuda_graphs=cuda_graphs))  # fmt: skip
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
@@ -229,6 +241,8 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
             summaries.append(json.loads((t_out / "result.json").read_text()))
             with trace_all.open("a") as f:
                 f.write((t_out / "trace.jsonl").read_text())
+            if result.stop_reason.startswith(("the programmer failed", "every request to the LLM endpoint failed")):
+                failed.append(f"{target.name}: {result.stop_reason}")
             w = result.winner
             verdict = (f"verified speedup {w.speedup:.2f}x ({'; then '.join(summaries[-1]['winner']['lineage'])})" if w
                        else f"the pull request's kernel stands ({result.stop_reason})")  # fmt: skip
@@ -237,7 +251,34 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
     (out / "patch.diff").write_text("".join(patches))
     (out / "summary.json").write_text(json.dumps({"targets": summaries, "config": config_note}, indent=2) + "\n")
     print(f"Report: {out / 'report.md'}")
+    if failed:
+        # The results are written, but a run whose programmer could not work is not a result: say why, non-zero.
+        for line in failed:
+            print(f"kernelpro: error: {line}", file=sys.stderr)
+        return 1
     return 0
+
+
+def reproduce(repo: Path, base: str, head: str, out: Path, settings: Settings, *, device: str, kernel: str,
+              budget: int, programmer: str, settings_: Any, cuda_graphs: bool) -> str:  # fmt: skip
+    """The command line that reruns one target's optimization exactly: the environment it reads (never the
+    key), the commits by SHA, and every switch with the value this run used."""
+    import shlex
+
+    env = [f"KERNELPRO_DEVICE={device}"]
+    if programmer == "llm":
+        from kernelpro.runner.programmers.llm import OPENAI_BASE_URL, _without_credentials
+
+        env += [f"KERNELPRO_LLM_BASE_URL={_without_credentials(settings.llm_base_url or OPENAI_BASE_URL)}",
+                f"KERNELPRO_LLM_MODEL={settings.llm_model}"]  # fmt: skip
+        if settings.llm_max_tokens:
+            env.append(f"KERNELPRO_LLM_MAX_TOKENS={settings.llm_max_tokens}")
+    args = ["kernelpro", "optimize", "--repo", str(repo), "--base", base, "--head", head, "--out", str(out),
+            "--kernel", kernel, "--budget", str(budget), "--programmer", programmer, "--search", settings_.search,
+            "--feedback", settings_.feedback, "--tools", settings_.tool_mode,
+            "--memory", "on" if settings_.memory else "off", "--candidates", str(settings_.per_step),
+            "--energy", settings_.energy, *(["--cuda-graphs"] if cuda_graphs else [])]  # fmt: skip
+    return shlex.join([*env, *args])
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
@@ -479,23 +520,35 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--budget", type=int, help="evaluations (default: the example's budget)")
     d.add_argument("--search", default="mcts", choices=STRATEGIES, help="search strategy (default mcts)")
     d.set_defaults(fn=cmd_demo)
+    for runs_candidates in (e, o, aco, d):
+        runs_candidates.add_argument("--allow-unconfined", action="store_true", help=UNCONFINED_HELP)
     return p
+
+
+UNCONFINED_HELP = ("run candidates even where their confinement (Landlock; a pid namespace or Landlock ABI 6) is "
+                   "unavailable; RISK: the pull request's code then runs with this user's rights: it can read and "
+                   "write its files (kernelpro's installation, the checkout's .git, the results) and outlive the "
+                   "run. Also KERNELPRO_ALLOW_UNCONFINED=1. See docs/github.md, Runner hardening")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from kernelpro.runner.config import ConfigError
     from kernelpro.runner.programmers import PluginError
+    from kernelpro.runner.sandbox import SandboxError
     from kernelpro.runner.trace import FormatError
     from kernelpro.workspace import WorkspaceError
 
     args = build_parser().parse_args(argv)
-    settings = Settings.from_env()
     try:
+        settings = Settings.from_env()
+        from kernelpro.runner import confinement
+
+        confinement.allow_unconfined(settings.allow_unconfined or bool(getattr(args, "allow_unconfined", False)))
         return int(args.fn(args, settings))
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
-    except (UsageError, FormatError, PluginError, WorkspaceError, ValueError) as e:
+    except (UsageError, FormatError, PluginError, WorkspaceError, SandboxError, ValueError) as e:
         return _err(str(e))
     except BrokenPipeError:
         # `kernelpro tools list | head`: the reader went away; that is not an error.

@@ -49,6 +49,11 @@ class Settings:
     """A local CUTLASS/CuTe checkout the llm programmer may search (KERNELPRO_CUTLASS_DIR); None: no code search."""
     gpus: str = "auto"
     """GPUs to spread evaluations over (KERNELPRO_GPUS): 'auto' (every visible one) or ids like '0,1'."""
+    allow_unconfined: bool = False
+    """Run candidates where their confinement is unavailable (KERNELPRO_ALLOW_UNCONFINED=1, or the
+    --allow-unconfined flag): the operator's explicit acceptance that PR code then has the runner user's rights."""
+    llm_max_tokens: int | None = None
+    """Output budget of the llm programmer's first request (KERNELPRO_LLM_MAX_TOKENS); None: its default."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -74,6 +79,8 @@ class Settings:
             bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
             cutlass_dir=e.get("KERNELPRO_CUTLASS_DIR") or None,
             gpus=e.get("KERNELPRO_GPUS", "auto"),
+            allow_unconfined=e.get("KERNELPRO_ALLOW_UNCONFINED", "").strip().lower() in ("1", "true", "yes"),
+            llm_max_tokens=_positive(e, "KERNELPRO_LLM_MAX_TOKENS"),
         )
 
     def resolved_device(self) -> str:
@@ -84,3 +91,12 @@ class Settings:
         except ImportError:
             return "cpu"
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{name}={text!r} is not a positive whole number of tokens; set it to e.g. 16384, or unset it")
+    return int(text)

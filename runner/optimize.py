@@ -38,8 +38,11 @@ from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate, start_standby
-from .programmers import Context, PluginError, Programmer
+from .programmers import Context, PluginError, Programmer, usage
 from .roofline import ReferenceAnalysis, analyze_reference, default_ceilings
+from .screen import REJECTED, for_trace
+from .screen import check as screen_check
+from .screen import outcome as rejected_outcome
 from .search import Scored, get_strategy
 from .standby import NcuStandby
 from .target import Target
@@ -85,6 +88,8 @@ class RunSettings:
     tie_noise: float | None = None
     """Speedup factor within which candidates count as equally fast; None: the gate's gamma or the
     baseline's measured p90/p10 spread, whichever is wider."""
+    command: str = ""
+    """The command line that reproduces this run (the CLI sets it; the report's settings row shows it)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,9 @@ class Result:
     versus_base: BaseComparison | None = None
     """The PR's kernel against the base branch's, measured side by side after the search (None when
     there is no different base version, or one of them failed its evaluation)."""
+    programmer: Mapping[str, Any] = field(default_factory=dict)
+    """Who wrote the candidates (runner.programmers.usage): name, and for the llm one its model, endpoint
+    host and counts of requests, tokens, retries and errors."""
 
 
 ProgressFn = Callable[[int, int, Scored, float], None]
@@ -334,7 +342,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         scored = Scored(cand, outcome, speed)
         evaluated.append(scored)
         prints.setdefault(fingerprint(cand.solution), cand.key)
-        append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, cand.solution, workloads, outcome)])
+        append_jsonl(trace_path, [t.to_json() for t in traces(target.definition, cand.solution, workloads,
+                                                                for_trace(outcome))])  # fmt: skip
         if outcome.passed:
             state["best"] = max(state["best"], speed)
         if progress:
@@ -342,6 +351,26 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         return scored
 
     baseline_cand = Candidate(target.solution(head_checkout), None, "init", "the pull request's kernel")
+    rejections: dict[str, str | None] = {}
+
+    def rejection(cand: Candidate) -> str | None:
+        """Why the static check refuses a proposed candidate (runner/screen.py); the PR's own kernel is never
+        screened, every programmer's candidate is, before it is built or run."""
+        if cand.key not in rejections:
+            rejections[cand.key] = screen_check(cand.solution, baseline_cand.solution, target.definition.reference,
+                                                target.language)  # fmt: skip
+        return rejections[cand.key]
+
+    def screened_eval(cand: Candidate) -> Outcome:
+        why = rejection(cand)
+        if why is None:
+            return run_eval(cand)
+        hit = journal.get(cand.key)
+        if hit is not None and hit.outcome.status == REJECTED:
+            return hit.outcome
+        outcome = rejected_outcome(cand.solution, why)
+        journal.append(cand, outcome)
+        return outcome
 
     # The next profile's ncu child, started ahead so its start-up and imports overlap other work. Only
     # once the search's reference is in memory: the imports it preloads may be the pull request's own
@@ -375,7 +404,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     if not baseline.outcome.passed:
         stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
-                       head_checkout, settings, journal_torn=journal.skipped_lines, clock=clock)  # fmt: skip
+                       head_checkout, settings, journal_torn=journal.skipped_lines, clock=clock,
+                       programmer=usage(programmer))  # fmt: skip
 
     analyses: dict[str, tuple[Profile, Analysis]] = {}
     tools = registry(settings.extra_tools)
@@ -444,7 +474,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         if len(evaluated) >= budget or clock() > deadline:
             return None
         before = state["best"]
-        scored = record(cand, run_eval(cand))
+        scored = record(cand, screened_eval(cand))
         # Findings on each new best steer the next proposals; with energy active, a candidate as fast
         # as the best (within the noise) is profiled too, so the proxy can rank it against the best.
         if scored.outcome.passed and (scored.speedup > before or active and scored.speedup * noise >= before):
@@ -486,7 +516,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
                       gpu_name=str(baseline.outcome.environment.get("hardware", "")),
                       bottleneck=stage1.bottleneck if stage1 is not None else "unknown",
                       tool_mode=settings.tool_mode if settings.feedback == "tools" else "proactive",
-                      tools=tools, energy=active)  # fmt: skip
+                      tools=tools, energy=active, gamma=settings.gamma, stage1=stage1, baseline=baseline)  # fmt: skip
 
     halted: list[str] = []
     # CUDA candidates compile on every CPU core while the GPU measures the first of the batch.
@@ -514,10 +544,11 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
                                                                          profile=prof, memory=memory.render(),
                                                                          energy_notes=energy_for(parent.candidate.key))))  # fmt: skip
             if builds is not None:
-                new = [c for c in cands if journal.get(c.key) is None]
+                new = [c for c in cands if journal.get(c.key) is None and rejection(c) is None]
                 builds.submit([c.solution for c in new], [cache_root(triton_cache(c)) for c in new])
             if schedule is not None:
-                schedule.submit(cands[: max(0, budget - len(evaluated))], pool_eval())
+                schedule.submit([c for c in cands[: max(0, budget - len(evaluated))] if rejection(c) is None],
+                                pool_eval())  # fmt: skip
             return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
@@ -531,7 +562,10 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         if entry.candidate.key not in done and len(evaluated) < budget:
             done.add(entry.candidate.key)
             parent = next((x for x in evaluated if x.candidate.key == entry.candidate.parent), None)
-            history.append(record(entry.candidate, entry.outcome))
+            # An entry the static check now refuses (a journal of an older kernelpro) does not count as run.
+            why = rejection(entry.candidate)
+            history.append(record(entry.candidate, entry.outcome if why is None else
+                                  rejected_outcome(entry.candidate.solution, why)))  # fmt: skip
             if not restored:  # the model's entries came back from memory.jsonl: no need to ask again
                 memory.observe(len(evaluated) - 1, history[-1], parent)
     try:
@@ -541,6 +575,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             builds.close()
     if halted:
         stop = f"the programmer failed: {halted[0]}"
+    elif (used := usage(programmer)).get("all_failed"):
+        stop = f"every request to the LLM endpoint failed: {used.get('last_error')}"
     elif len(evaluated) < budget and clock() <= deadline:
         stop = "the programmer had nothing new to propose"
     elif clock() > deadline:
@@ -575,7 +611,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         profile(winner.candidate)
     return _finish(target, device, baseline, evaluated, winner, tuple(gates), base_branch, stop, t0, resumed,
                    out_dir, head_checkout, settings, stage1, analyses, prof_time[0], tuple(memory.to_json()),
-                   journal.skipped_lines, energy, clock=clock, duplicates=state["duplicates"], versus=versus)  # fmt: skip
+                   journal.skipped_lines, energy, clock=clock, duplicates=state["duplicates"], versus=versus,
+                   programmer=usage(programmer))  # fmt: skip
 
 
 def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
@@ -597,10 +634,11 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
             analyses: Mapping[str, tuple[Profile, Analysis]] | None = None, profile_seconds: float = 0.0,
             memory: tuple[dict[str, Any], ...] = (), journal_torn: int = 0,
             energy: EnergyOutcome | None = None, clock: Callable[[], float] = time.perf_counter,
-            duplicates: int = 0, versus: BaseComparison | None = None) -> Result:  # fmt: skip
+            duplicates: int = 0, versus: BaseComparison | None = None,
+            programmer: Mapping[str, Any] | None = None) -> Result:  # fmt: skip
     result = Result(target, device, baseline, tuple(evaluated), winner, gates, base_branch, stop,
                     clock() - t0, resumed, journal_torn, stage1, dict(analyses or {}), profile_seconds, memory,
-                    energy, duplicates, versus)  # fmt: skip
+                    energy, duplicates, versus, dict(programmer or {}))  # fmt: skip
     best = winner.candidate.solution if winner else baseline.candidate.solution
     (out_dir / "solution.json").write_text(dump_json(best.to_json()))
     # The definition and workloads beside the solution make the report's reproduction command work.

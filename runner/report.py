@@ -11,6 +11,7 @@ from kernelpro import __version__
 from kernelpro.templates import environment
 
 from .energy import PLACEMENT
+from .screen import REJECTED
 from .tools import render
 
 if TYPE_CHECKING:
@@ -84,9 +85,15 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "memory_on": settings.memory,
         "candidates_per_expansion": settings.per_step,
         # The ablation switches as they would be typed, so a reader can rerun the same configuration.
-        "flags": [f"--search {settings.search}", f"--feedback {settings.feedback}", f"--tools {settings.tool_mode}",
+        "flags": [f"--programmer {result.programmer.get('name', 'tuner')}", f"--search {settings.search}",
+                  f"--feedback {settings.feedback}", f"--tools {settings.tool_mode}",
                   f"--memory {'on' if settings.memory else 'off'}", f"--candidates {settings.per_step}",
                   *(["--cuda-graphs"] if settings.evaluation.cuda_graphs else [])],
+        # The exact command line of this run when the CLI made it (else the switches above).
+        "command": settings.command,
+        "programmer": dict(result.programmer),
+        "rejected": [{"solution": s.candidate.solution.name, "note": s.candidate.note, "reason": s.outcome.log}
+                     for s in result.evaluated if s.outcome.status == REJECTED],  # fmt: skip
         "memory": list(result.memory),
         "stage1": _stage1(result),
         "baseline_analysis": _analysis(result, result.baseline.candidate.key),

@@ -13,6 +13,12 @@ which a tool call has no ``tool`` reply or a ``tool`` message answers no call; t
 and the ``tool`` messages of each request are at hand as ``Request.tools`` and
 ``Request.tool_messages``.
 
+``GET /v1/models`` lists ``models`` (``MODEL`` and "fake-model", the two names tests use) the way
+vLLM does, with ``max_model_len`` when ``context`` is set; these requests go to ``model_requests``,
+not ``requests``, and consume no scripted reply. With ``context`` set, a chat request whose prompt
+(counted in words) plus ``max_tokens`` exceeds it is refused with vLLM's 400, as an 8k-context server
+refuses a 16k budget, also without consuming a scripted reply.
+
 ``NetworkGuard`` keeps tests off real providers: while it is installed, any connection to a host
 that is not loopback (and any name lookup of one) raises and is remembered, and ``check()`` fails.
 """
@@ -138,8 +144,16 @@ def _tool_call_problem(messages: Sequence[Mapping[str, Any]]) -> str | None:
 class FakeOpenAI:
     """The server. ``url`` is the base URL to hand to ``openai.OpenAI(base_url=...)``."""
 
-    def __init__(self, api_key: str = API_KEY) -> None:
+    def __init__(self, api_key: str = API_KEY, models: Sequence[str] = (MODEL, "fake-model"),
+                 context: int | None = None, models_route: bool = True) -> None:  # fmt: skip
         self.api_key = api_key
+        self.models = tuple(models)
+        """What GET /v1/models lists."""
+        self.context = context
+        """The served model's context in tokens (vLLM's max_model_len); None: unlimited and not reported."""
+        self.models_route = models_route
+        """False: GET /v1/models answers 404, as some gateways do."""
+        self.model_requests: list[Request] = []
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
         self.unexpected: list[str] = []
@@ -179,6 +193,8 @@ class FakeOpenAI:
         except ValueError:
             body = {"_raw": raw.decode(errors="replace")}
         with self._lock:
+            if path.startswith("/v1/models"):
+                return self._models(path, headers, body)
             self.requests.append(Request(path, headers, body))
             if path != "/v1/chat/completions":
                 self.unexpected.append(f"request to unknown route {path}")
@@ -189,6 +205,13 @@ class FakeOpenAI:
             if problem is not None:
                 self.unexpected.append(f"request #{len(self.requests)}: {problem}")
                 return 400, _error_body("invalid_request_error", None, problem), {}
+            n_prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+            asked = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+            if self.context is not None and n_prompt + asked > self.context:
+                return 400, _error_body("BadRequestError", None, (
+                    f"This model's maximum context length is {self.context} tokens. However, you requested "
+                    f"{n_prompt + asked} tokens ({n_prompt} in the messages, {asked} in the completion). Please reduce "
+                    "the length of the messages or completion.")), {}  # fmt: skip
             if not self.replies:
                 self.unexpected.append(f"request #{len(self.requests)} arrived with no scripted reply left")
                 return 400, _error_body("invalid_request_error", None, "fake server: no scripted reply left"), {}
@@ -222,6 +245,24 @@ class FakeOpenAI:
                       "total_tokens": n_prompt + n_completion},
             "system_fingerprint": "fp_fake",
         }, reply.headers  # fmt: skip
+
+    def _models(self, path: str, headers: Mapping[str, str], body: Mapping[str, Any]) -> tuple[int, dict[str, Any], Mapping[str, str]]:
+        self.model_requests.append(Request(path, headers, body))
+        if headers.get("authorization") != f"Bearer {self.api_key}":
+            return 401, _error_body("invalid_request_error", "invalid_api_key", "Incorrect API key provided."), {}
+        if not self.models_route:
+            return 404, _error_body("invalid_request_error", None, f"Invalid URL (GET {path})"), {}
+
+        def card(name: str) -> dict[str, Any]:
+            return {"id": name, "object": "model", "created": 0, "owned_by": "fake",
+                    **({"max_model_len": self.context} if self.context is not None else {})}  # fmt: skip
+
+        name = path.removeprefix("/v1/models").strip("/")
+        if name:
+            if name in self.models:
+                return 200, card(name), {}
+            return 404, _error_body("invalid_request_error", "model_not_found", f"The model `{name}` does not exist."), {}
+        return 200, {"object": "list", "data": [card(m) for m in self.models]}, {}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

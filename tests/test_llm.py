@@ -101,7 +101,8 @@ def test_json_answer_gives_candidates_and_the_prompt_has_what_the_model_needs(
     assert "Propose 2 candidates" in user
     assert "{'M': 4096}" in user and "{'M': 16384}" in user  # the workloads
     assert "float32 [M, N]" in user and "constant 4096" in user  # the definition
-    assert "H200" in user and "wgmma" in user and "4.8 TB/s" in user and "132 SMs" in user  # the GPU hint
+    assert "H200" in user and "4.8 TB/s" in user and "132 SMs" in user  # the GPU hint (no Stage 1: the datasheet)
+    assert "wgmma" not in user and "TMA" not in user  # an elementwise kernel has no use for tensor cores
     assert "Triton" in user and "tl.dot" in user
     assert API_KEY not in json.dumps(body)
     assert all(API_KEY not in json.dumps(c.to_json()) for c in cands)

@@ -238,7 +238,9 @@ def test_llm_programmer_end_to_end_through_the_cli(tmp_path: Path, monkeypatch: 
     assert {"successful_patterns", "errors_corrections"} <= {e["section"] for e in result["memory"]}
 
 
-def test_llm_bad_key_stops_the_search_and_keeps_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_llm_bad_key_stops_the_run_before_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """One cheap request (GET /models) checks the key before anything is evaluated: no result, exit 2."""
     from fake_openai import FakeOpenAI
 
     repo = make_demo_repo(tmp_path / "repo")
@@ -252,11 +254,11 @@ def test_llm_bad_key_stops_the_search_and_keeps_the_baseline(tmp_path: Path, mon
                    "--programmer", "llm", "--budget", "3"])  # fmt: skip
     finally:
         fake.stop()
-    assert rc == 0
-    result = json.loads((out / "swiglu" / "result.json").read_text())
-    assert result["winner"] is None and result["evaluations"] == 1
-    assert result["stop_reason"].startswith("the programmer failed:")
-    assert "KERNELPRO_LLM_API_KEY" in result["stop_reason"] or "key" in result["stop_reason"].lower()
+    assert rc == 2
+    assert not (out / "swiglu" / "journal.jsonl").exists()  # the baseline was never evaluated
+    assert fake.requests == [] and len(fake.model_requests) == 1
+    err = capsys.readouterr().err
+    assert "rejected the API key (401" in err and "Fix: set KERNELPRO_LLM_API_KEY" in err and "wrong-key" not in err
 
 
 USER_TOOL = '''

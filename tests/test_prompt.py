@@ -24,6 +24,11 @@ def _text(target: Target, parent: Scored, mode: str = "optimize", gpu: str = "NV
     return str(msgs[0]["content"]), str(msgs[1]["content"])
 
 
+def _gemm(target: Target) -> Target:
+    """The demo target as a matrix product: hardware notes keep the tensor-core shapes only for those."""
+    return dataclasses.replace(target, definition=dataclasses.replace(target.definition, op_type="gemm"))
+
+
 def _as(parent: Scored, language: str, path: str, content: str) -> Scored:
     sol = parent.candidate.solution
     spec = BuildSpec(language, ("cuda",), f"{path}::swiglu")
@@ -58,7 +63,7 @@ def test_the_language_part_follows_the_input_language(target: Target, repo_root:
                                                       expect: str, absent: str) -> None:  # fmt: skip
     base = parent_of(target, repo_root)
     parent = _as(base, language, path, "void swiglu() {}\n" if path.endswith(".cu") else "def swiglu(a, b):\n    pass\n")
-    _, user = _text(target, parent)
+    _, user = _text(_gemm(target), parent)
     assert expect in user and absent not in user
     # The GPU part follows the language too: CuTe for CUDA, tl.dot for Triton, matmul ops for PyTorch.
     lang_line = {"triton": "In Triton, tl.dot lowers to wgmma", "cuda": "SM90_64xNx16 MMA atoms",
@@ -77,9 +82,13 @@ def test_the_language_part_follows_the_input_language(target: Target, repo_root:
 ])  # fmt: skip
 def test_gpu_aware_notes_name_the_architecture_and_its_tensor_core_shapes(
         target: Target, repo_root: Path, gpu: str, arch: str, shape: str, not_in: str) -> None:  # fmt: skip
-    _, user = _text(target, parent_of(target, repo_root), gpu=gpu)
+    _, user = _text(_gemm(target), parent_of(target, repo_root), gpu=gpu)
     notes = user.split(f"## Hardware notes ({gpu})")[1].split("\n## ")[0]
     assert arch in notes and shape in notes and not_in not in notes
+    # The demo's elementwise kernel keeps the architecture, without the tensor-core instruction shapes.
+    _, user = _text(target, parent_of(target, repo_root), gpu=gpu)
+    notes = user.split(f"## Hardware notes ({gpu})")[1].split("\n## ")[0]
+    assert arch in notes and shape not in notes and "memory-bound kernel should approach" in notes
 
 
 def test_unknown_gpus_and_cpu_runs_get_no_hardware_notes(target: Target, repo_root: Path) -> None:

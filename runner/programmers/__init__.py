@@ -49,6 +49,12 @@ class Context:
     """Energy mode active: the energy-only findings and the proxy estimate, for a subordinate prompt section."""
     energy: bool = False
     """Energy is an objective (mode active): reactive mode offers the energy-only tools too."""
+    gamma: float = 1.03
+    """The final gate's rule: a winner is at least this much faster than the baseline on every workload."""
+    stage1: Any = None
+    """Stage 1's roofline of the pull request's kernel (runner.roofline.ReferenceAnalysis); None off the GPU."""
+    baseline: Any = None
+    """The pull request's kernel as evaluated (runner.search.Scored): its timings go into every prompt."""
 
 
 class Programmer(Protocol):
@@ -85,7 +91,15 @@ REGISTRY: dict[str, Plugin] = {
 
 
 class PluginError(RuntimeError):
-    """A plug-in cannot be loaded; the message says what to install or set."""
+    """A plug-in cannot be loaded or cannot work (a dead endpoint, a rejected key); the message says what
+    to install or set."""
+
+
+def usage(programmer: Programmer) -> dict[str, Any]:
+    """What the report says about who wrote the candidates: the name, and for programmers that count
+    their work (the llm one: model, endpoint host, requests, tokens, retries, errors), those counts."""
+    counts = getattr(programmer, "usage", None)
+    return {"name": programmer.name, **(counts().to_json() if callable(counts) else {})}
 
 
 def load(name: str, settings: object) -> Programmer:

@@ -4,8 +4,15 @@ One chat completion per expansion asks for all n candidates as a JSON object; th
 robustly (JSON, a JSON object salvaged from a truncated or chatty answer, or fenced code blocks),
 and every file is checked against the parent's own source paths before it becomes a Candidate.
 A truncated answer is retried with twice the output budget, then once more with a request to be
-concise. Endpoint trouble never stops the search (the expansion just yields nothing), except a
-rejected key or an unknown model, which no retry can fix and which raise PluginError.
+concise; every complete candidate recovered from any of these answers is kept. The output budget is
+clamped to the model's context when the server reports it (vLLM's ``max_model_len``), and a 400 that
+says the context is exceeded is retried once with a budget that fits.
+
+Failures are loud: ``check()`` (called before the baseline runs) asks the endpoint for its models, so
+a dead endpoint, a rejected key or an unknown model stops the run before any evaluation, with the
+cause and the fix. During the search, a transient failure costs one expansion; three expansions in a
+row that got no answer at all raise PluginError (the run stops and exits non-zero). ``usage()``
+counts requests, tokens, retries and errors for the report.
 
 Profiler evidence reaches the model in one of two ways (``Context.tool_mode``). Proactive (the
 default): the findings of every relevant micro-profiling tool are already in the prompt
@@ -33,10 +40,11 @@ import posixpath
 import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import jinja2
 import openai
@@ -60,7 +68,14 @@ log = logging.getLogger(__name__)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MAX_TOKENS = 16384
-"""Output budget of the first request; a truncated answer is retried with twice as much."""
+"""Output budget of the first request (KERNELPRO_LLM_MAX_TOKENS); a truncated answer is retried with twice as
+much, both clamped to the model's context when it is known."""
+MIN_OUTPUT_TOKENS = 1024
+"""Less room than this for the answer after the prompt: the prompt does not fit the model's context."""
+CHARS_PER_TOKEN = 3.0
+"""Prompt size estimate without the model's tokenizer; code runs 3-4 characters a token, so this errs long."""
+FAILED_EXPANSIONS = 3
+"""Expansions in a row without a single answer before the endpoint is declared unusable."""
 DEFAULT_TIMEOUT_S = 600.0
 """Per-request limit: a long answer from a large model takes minutes."""
 LOG_TAIL_CHARS = 4000
@@ -107,17 +122,38 @@ _MEMORY_BOUND = (
 )
 
 
-def gpu_hint(gpu_name: str, language: str) -> list[str]:
-    """GPU-aware notes for the prompt: the part's datasheet line, its architecture with the tensor-core
-    instruction shapes and memory features, and how the kernel's language reaches them; empty for GPUs
-    we have no notes about."""
+_MATRIX_OPS = re.compile(r"(@|\b(matmul|mm|bmm|addmm|baddbmm|einsum|linear|conv\w*|scaled_dot_product_attention|"
+                         r"tensordot|dot)\s*\()")  # fmt: skip
+_MATRIX_TYPES = ("gemm", "matmul", "linear", "attention", "conv", "mla", "gqa", "mha", "moe")
+
+
+def uses_tensor_cores(op_type: str, reference: str, bottleneck: str = "unknown") -> bool:
+    """Whether tensor cores can do this kernel's work: a matrix product in the reference or its type, or a
+    compute-bound class. Elementwise, reduction and normalization kernels cannot use them."""
+    return (bottleneck == "compute" or any(k in op_type.lower() for k in _MATRIX_TYPES)
+            or bool(_MATRIX_OPS.search(reference)))  # fmt: skip
+
+
+def gpu_hint(gpu_name: str, language: str, *, tensor: bool = True, ceilings: Any = None,
+             bottleneck: str = "unknown") -> list[str]:  # fmt: skip
+    """GPU-aware notes for the prompt, filtered to what the kernel's class can use: the part's line (with
+    the measured ceilings instead of the datasheet's when Stage 1 has them), its architecture, the
+    tensor-core instruction shapes and tile-copy features only when ``tensor`` (a matrix product), and
+    how the kernel's language reaches them; empty for GPUs we have no notes about."""
     a = arch_of(gpu_name)
     if a is None:
         return []
     upper = gpu_name.upper()
     sku = next((f"{key}: {facts}" for key, facts in _GPU_FACTS.items() if key in upper), None)
-    return [*([sku] if sku else []), f"Architecture: {a.name}, compile target {a.sm}.", *a.notes(language),
-            *_MEMORY_BOUND]  # fmt: skip
+    if sku is not None and ceilings is not None:
+        sms = sku.split(",")[0]
+        sku = (f"{sms}; measured ceilings: {ceilings.bandwidth_gbs:.0f} GB/s DRAM (read + write), "
+               f"{ceilings.flops_tflops:.0f} TFLOP/s for this kernel's datatype ({ceilings.source}). The datasheet's "
+               "peaks are not reached in practice; judge the kernel against these.")  # fmt: skip
+    notes = list(a.notes(language)) if tensor else [m for m in a.memory if "TMA" not in m and "cp.async" not in m]
+    streaming = not tensor or bottleneck in ("memory", "latency")
+    return [*([sku] if sku else []), f"Architecture: {a.name}, compile target {a.sm}.", *notes,
+            *(_MEMORY_BOUND if streaming else ())]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- reactive tools
@@ -271,14 +307,90 @@ def _ext(path: str) -> str:
     return posixpath.splitext(path)[1].lower()
 
 
+_FRAME = re.compile(r'^(\s*)File "([^"]+)", line (\d+), in (.*)$')
+_ABS_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
+
+
+def trim_traceback(text: str, paths: Sequence[str]) -> str:
+    """A traceback as the candidate's author needs it: only the frames in the candidate's own files (by
+    their repository paths), the others (kernelpro's harness, torch, triton) folded into one line each
+    run, and no absolute path of this machine left anywhere."""
+
+    def own(path: str) -> str | None:
+        return next((p for p in paths if path == p or path.endswith("/" + p)), None)
+
+    out: list[str] = []
+    skipped = 0
+    skipping = False
+    for line in text.splitlines():
+        m = _FRAME.match(line)
+        if m is not None:
+            mine = own(m.group(2))
+            skipping = mine is None
+            if skipping:
+                skipped += 1
+                continue
+            if skipped:
+                out.append(f"{m.group(1)}[{skipped} frame{'s' if skipped > 1 else ''} of kernelpro's harness or "
+                           "libraries omitted]")  # fmt: skip
+                skipped = 0
+            out.append(f'{m.group(1)}File "{mine}", line {m.group(3)}, in {m.group(4)}')
+            continue
+        if skipping and line.startswith((" ", "\t")) and line.strip():
+            continue  # the source line (and carets) of a skipped frame
+        if skipped:
+            out.append(f"  [{skipped} frame{'s' if skipped > 1 else ''} of kernelpro's harness or libraries omitted]")
+            skipped = 0
+        skipping = False
+        out.append(_ABS_PATH.sub(lambda p: own(p.group(0)) or p.group(1), line))
+    return "\n".join(out)
+
+
 def _log_tail(parent: Scored) -> str:
     text = parent.outcome.log
     if not text.strip():
         text = next((r.log for r in parent.outcome.results if r.status != "PASSED" and r.log), "")
-    text = text.strip()
+    text = trim_traceback(text.strip(), [s.path for s in parent.candidate.solution.sources]).strip()
     if len(text) > LOG_TAIL_CHARS:
         text = "[...]\n" + text[-LOG_TAIL_CHARS:]
     return text or "(the log is empty)"
+
+
+def _tolerances(target: Any) -> list[dict[str, Any]]:
+    tol = target.tolerance
+    out = []
+    for name, t in target.definition.outputs.items():
+        atol, rtol = tol.for_output(name, t.dtype) if hasattr(tol, "for_output") else tol.for_dtype(t.dtype)
+        out.append({"name": name, "dtype": t.dtype, "atol": f"{atol:g}", "rtol": f"{rtol:g}"})
+    return out
+
+
+def _timings(scored: Any, axes_of: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if scored is None:
+        return []
+    return [{"axes": dict(axes_of.get(r.uuid, {"uuid": r.uuid})), "ms": r.timing.median_ms}
+            for r in scored.outcome.results if r.timing is not None]  # fmt: skip
+
+
+def _si(x: float | None, unit: str) -> str:
+    if x is None:
+        return "n/a"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def _stage1_rows(stage1: Any) -> list[dict[str, str]]:
+    if stage1 is None or not any(b.floor_ms for b in stage1.workloads):
+        return []
+    return [{"axes": dict(b.axes), "bytes": _si(b.bytes, "B"), "flops": _si(b.flops, "FLOP"),
+             "intensity": f"{b.intensity:.3g}" if b.intensity is not None else "n/a",
+             "floor_ms": f"{b.floor_ms:.4f}" if b.floor_ms else "n/a",
+             "baseline_ms": f"{b.measured_ms:.4f}" if b.measured_ms else "n/a",
+             "pct": f"{b.pct_of_roofline:.0f} %" if b.pct_of_roofline is not None else "n/a",
+             "max_speedup": f"{b.max_speedup:.2f}x" if b.max_speedup is not None else "n/a"}
+            for b in stage1.workloads]  # fmt: skip
 
 
 def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rounds: int = DEFAULT_TOOL_ROUNDS,
@@ -310,6 +422,9 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rou
          "ref_ms": r.reference_timing.median_ms if r.reference_timing else None}
         for r in parent.outcome.results if r.timing is not None
     ]  # fmt: skip
+    d = target.definition
+    stage1 = context.stage1
+    tensor = uses_tensor_cores(d.op_type or "", d.reference, context.bottleneck)
     env = _env()
     system = env.get_template("prompt_system.md.j2").render(**common)
     user = env.get_template("prompt_user.md.j2").render(
@@ -322,8 +437,14 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rou
         timings=timings,
         device=context.device,
         gpu_name=context.gpu_name,
-        hint=gpu_hint(context.gpu_name, language),
-        d=target.definition,
+        hint=gpu_hint(context.gpu_name, language, tensor=tensor, bottleneck=context.bottleneck,
+                      ceilings=stage1.ceilings if stage1 is not None and context.device == "cuda" else None),
+        d=d,
+        tolerances=_tolerances(target),
+        gamma=context.gamma,
+        baseline_timings=_timings(context.baseline, axes_of),
+        stage1=stage1,
+        stage1_rows=_stage1_rows(stage1),
         feedback="" if _reactive(context) else context.feedback,
         memory=context.memory,
         energy_notes=context.energy_notes,
@@ -504,6 +625,95 @@ def _why_invalid(solution: Solution) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- endpoint trouble
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the llm programmer asked of its endpoint in one run, for the report and the exit status."""
+
+    model: str
+    """The model name (KERNELPRO_LLM_MODEL)."""
+    base_url: str
+    """The endpoint's base URL, without credentials (KERNELPRO_LLM_BASE_URL)."""
+    host: str
+    """Its host (and port), as the report names the provider."""
+    max_tokens: int
+    """The output budget of a first request (KERNELPRO_LLM_MAX_TOKENS or the default)."""
+    context: int | None
+    """The model's context in tokens as the server reported it (or a 400 revealed it); None: unknown."""
+    requests: int
+    """Chat-completions requests sent (the SDK's own retries of one request are counted in ``retries``)."""
+    answered: int
+    """Requests that got an answer."""
+    errors: int
+    """Requests that ended in an error (after the SDK's retries)."""
+    retries: int
+    """The SDK's retries (429, 5xx, connection) plus kernelpro's own (truncation, context, adapting to the server)."""
+    tokens_in: int
+    """Prompt tokens, as the server counted them."""
+    tokens_out: int
+    """Completion tokens, as the server counted them."""
+    truncated: int
+    """Answers cut off at the output budget."""
+    expansions: int
+    """Times the search asked for candidates."""
+    untooled: int
+    """Reactive mode: expansions for which no profiling tool could be offered (no profile: no GPU or no ncu)."""
+    last_error: str
+    """The last error, with its fix; empty when none."""
+
+    @property
+    def all_failed(self) -> bool:
+        """Requests were sent and not one was answered: the endpoint, not the search, is the problem."""
+        return self.requests > 0 and self.answered == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "all_failed": self.all_failed}
+
+
+_CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+)|context length of (?:only )?(\d+)|"
+                            r"context window (?:of|is) (\d+)", re.I)  # fmt: skip
+_PROMPT_TOKENS = re.compile(r"(\d+) in the messages|(?:has|contains at least) (\d+) input tokens|"
+                            r"messages resulted in (\d+) tokens|prompt \((\d+) tokens\)", re.I)  # fmt: skip
+_CONTEXT_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length", "max_input_tokens")
+
+
+def _first_int(m: re.Match[str] | None) -> int | None:
+    return next((int(g) for g in m.groups() if g), None) if m is not None else None
+
+
+def context_of(entry: Any) -> int | None:
+    """The context length a /models entry reports: vLLM's max_model_len, OpenRouter's context_length, ..."""
+    extra = dict(getattr(entry, "model_extra", None) or {}) if entry is not None else {}
+    top = extra.get("top_provider")
+    if isinstance(top, Mapping):
+        extra = {**{k: v for k, v in top.items() if k in _CONTEXT_KEYS}, **extra}
+    for key in _CONTEXT_KEYS:
+        v = extra.get(key)
+        if isinstance(v, (int, float)) and v > 0:
+            return int(v)
+    return None
+
+
+def _estimate_tokens(messages: Sequence[Any], tools: Sequence[Any] | None = None) -> int:
+    chars = sum(len(str(m.get("content") or "")) + 16 for m in messages if isinstance(m, Mapping))
+    chars += len(json.dumps(list(tools or ())))
+    return int(chars / CHARS_PER_TOKEN) + 64
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else url
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        parts = parts._replace(netloc=_host(url))
+    return parts.geturl().rstrip("/")
+
+
 # --------------------------------------------------------------------------- the programmer
 
 
@@ -528,12 +738,130 @@ class LLMProgrammer:
         self._token_param = "max_tokens"
         self._json_mode = True
         self._json_with_tools = True
+        self.context: int | None = None
+        """The model's context in tokens (from check() or a 400 that names it); None: unknown."""
+        self._n: dict[str, int] = dict.fromkeys(("requests", "answered", "errors", "retries", "tokens_in",
+                                                 "tokens_out", "truncated", "expansions", "untooled"), 0)  # fmt: skip
+        self._last_error = ""
+        self._streak = 0  # expansions in a row without an answer
+
+    @property
+    def where(self) -> str:
+        return _without_credentials(str(self.client.base_url))
+
+    def usage(self) -> Usage:
+        return Usage(self.model, self.where, _host(self.where), self.max_tokens, self.context, **self._n,
+                     last_error=self._last_error)  # fmt: skip
+
+    # ---- before the run
+
+    def check(self) -> None:
+        """One cheap request before the baseline is evaluated: the endpoint answers, accepts the key and
+        serves the model; and the model's context, when the server reports it, bounds max_tokens.
+        Raises PluginError with the cause and the fix."""
+        try:
+            models = list(self.client.models.list().data)
+        except openai.APIStatusError as e:
+            fatal = self._fatal(e)
+            if fatal is not None:
+                raise fatal from e
+            if e.status_code in (404, 405, 501):  # no /models route (some gateways): ask the model itself
+                self._ping()
+                return
+            raise PluginError(f"the LLM endpoint {self.where} answered {e.status_code} to GET /models ({e.message}). "
+                              f"Fix: {self._fix(e)}") from e  # fmt: skip
+        except openai.APIError as e:
+            raise PluginError(self._explain(e)) from e
+        ids = [m.id for m in models]
+        entry = next((m for m in models if m.id == self.model), None)
+        if entry is None and ids:
+            try:
+                entry = self.client.models.retrieve(self.model)
+            except openai.NotFoundError as e:
+                raise PluginError(
+                    f"the LLM endpoint {self.where} does not serve the model {self.model!r}; it serves "
+                    f"{', '.join(sorted(ids)[:12])}{' ...' if len(ids) > 12 else ''}. Fix: set KERNELPRO_LLM_MODEL "
+                    "to one of these."
+                ) from e
+            except openai.APIError:
+                entry = None  # a gateway that lists some models and resolves others: the search will tell
+        self.context = context_of(entry)
+        if self.context is not None and self.max_tokens > self.context - MIN_OUTPUT_TOKENS:
+            log.warning("llm: %s has a context of %d tokens; max_tokens %d is clamped to what each prompt leaves",
+                        self.model, self.context, self.max_tokens)  # fmt: skip
+
+    def _ping(self) -> None:
+        for _ in range(2):
+            try:
+                self._n["requests"] += 1
+                self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "OK?"}],
+                                                    **{self._token_param: 1})  # type: ignore[call-overload]  # fmt: skip
+                self._n["answered"] += 1
+                return
+            except openai.BadRequestError as e:
+                self._n["errors"] += 1
+                if self._token_param == "max_tokens" and "max_completion_tokens" in str(e):
+                    self._token_param = "max_completion_tokens"
+                    continue
+                return  # the endpoint read the request, with this key, for this model: enough
+            except openai.APIStatusError as e:
+                self._n["errors"] += 1
+                fatal = self._fatal(e)
+                raise (fatal or PluginError(self._explain(e))) from e
+            except openai.APIError as e:
+                self._n["errors"] += 1
+                raise PluginError(self._explain(e)) from e
+
+    def _explain(self, e: Exception) -> str:
+        """The cause and the fix of a failed request, in the words a user needs."""
+        if isinstance(e, openai.APIStatusError):
+            fatal = self._fatal(e)
+            if fatal is not None:
+                return str(fatal)
+            return f"the LLM endpoint {self.where} answered {e.status_code} ({e.message}). Fix: {self._fix(e)}"
+        if isinstance(e, openai.APITimeoutError):
+            return (f"the LLM endpoint {self.where} did not answer within {self.client.timeout} s. Fix: check that "
+                    "the server is up and not overloaded (a large model on a busy server takes minutes), or use a "
+                    "faster model.")  # fmt: skip
+        if isinstance(e, openai.APIConnectionError):
+            cause = e.__cause__ or e
+            return (f"nothing answers at the LLM endpoint {self.where} ({type(cause).__name__}: {cause}). Fix: start "
+                    "the server, or set KERNELPRO_LLM_BASE_URL to its OpenAI-compatible base URL (it usually ends in "
+                    f"/v1; `curl {self.where}/models` should answer).")  # fmt: skip
+        return f"the request to the LLM endpoint {self.where} failed ({type(e).__name__}: {e})."
+
+    def _fix(self, e: openai.APIStatusError) -> str:
+        if e.status_code == 429:
+            return (f"the provider's rate limit or quota for {self.model!r} is spent (the SDK retried "
+                    f"{self.client.max_retries} times); raise it, or wait and rerun the same command (the journal "
+                    "resumes the run).")  # fmt: skip
+        if e.status_code >= 500:
+            return "the server failed; check its logs, then rerun the same command (the journal resumes the run)."
+        if _CONTEXT_LIMIT.search(str(e.message)):
+            return ("the prompt does not fit the model's context: serve the model with a longer context (vLLM: "
+                    "--max-model-len), use a model with a larger one, or ask for fewer candidates (--candidates 1).")  # fmt: skip
+        return (f"check that {self.where} speaks the OpenAI chat-completions API and serves {self.model!r} "
+                "(KERNELPRO_LLM_BASE_URL, KERNELPRO_LLM_MODEL).")  # fmt: skip
+
+    def _fail(self, e: Exception) -> None:
+        self._n["errors"] += 1
+        if isinstance(e, (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)):
+            self._n["retries"] += self.client.max_retries  # the SDK retried these before giving up
+        self._last_error = self._explain(e)
 
     # ---- one request
 
+    def _budget(self, messages: Sequence[Any], max_tokens: int, tools: Sequence[Any] | None) -> int:
+        """max_tokens, clamped to what the model's context leaves after the prompt (when it is known)."""
+        if self.context is None:
+            return max_tokens
+        return max(MIN_OUTPUT_TOKENS, min(max_tokens, self.context - _estimate_tokens(messages, tools)))
+
     def _create(self, messages: list[ChatCompletionMessageParam], max_tokens: int,
                 tools: list[dict[str, Any]] | None = None) -> Reply:  # fmt: skip
-        for _ in range(4):
+        max_tokens = self._budget(messages, max_tokens, tools)
+        refit = False
+        for _ in range(5):
             kwargs: dict[str, Any] = {self._token_param: max_tokens}
             json_mode = self._json_mode and (not tools or self._json_with_tools)
             if json_mode:
@@ -542,10 +870,29 @@ class LLMProgrammer:
                 kwargs["tools"] = tools
             if self.temperature is not None:
                 kwargs["temperature"] = self.temperature
+            self._n["requests"] += 1
             try:
-                resp = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
+                raw = self.client.chat.completions.with_raw_response.create(model=self.model, messages=messages,
+                                                                            **kwargs)  # fmt: skip
+                self._n["retries"] += int(getattr(raw, "retries_taken", 0) or 0)
+                resp = raw.parse()
             except openai.BadRequestError as e:
                 text = str(e)
+                limit = _first_int(_CONTEXT_LIMIT.search(text))
+                if limit is not None and not refit:
+                    # An 8k-context server asked for 16k tokens: retry once with what fits, and keep the limit.
+                    self.context = limit
+                    prompt = _first_int(_PROMPT_TOKENS.search(text)) or _estimate_tokens(messages, tools)
+                    fit = limit - prompt - 16
+                    if fit < MIN_OUTPUT_TOKENS:
+                        self._fail(e)
+                        raise PluginError(f"the prompt (~{prompt} tokens) leaves no room for an answer in the model's "
+                                          f"context of {limit} tokens at {self.where}. Fix: {self._fix(e)}") from e  # fmt: skip
+                    log.warning("llm: %s has a context of %d tokens; asking again with max_tokens %d instead of %d",
+                                self.model, limit, min(fit, max_tokens), max_tokens)  # fmt: skip
+                    max_tokens, refit = min(fit, max_tokens), True
+                    self._n["retries"] += 1
+                    continue
                 if json_mode and "response_format" in text:
                     if tools:
                         log.info("llm: the endpoint does not take JSON mode together with tools; "
@@ -554,11 +901,14 @@ class LLMProgrammer:
                     else:
                         log.info("llm: the endpoint has no JSON mode; asking without it")
                         self._json_mode = False
+                    self._n["retries"] += 1
                     continue
                 if self._token_param == "max_tokens" and "max_completion_tokens" in text:
                     log.info("llm: the model wants max_completion_tokens instead of max_tokens")
                     self._token_param = "max_completion_tokens"
+                    self._n["retries"] += 1
                     continue
+                self._fail(e)
                 if tools and "tool" in text.lower():
                     raise PluginError(
                         f"the LLM endpoint {self.client.base_url} rejected function calling ({e.status_code}: "
@@ -566,7 +916,13 @@ class LLMProgrammer:
                         "--enable-auto-tool-choice --tool-call-parser ...)."
                     ) from e
                 raise
+            except openai.APIError as e:
+                self._fail(e)
+                raise
+            self._n["answered"] += 1
             if resp.usage is not None:
+                self._n["tokens_in"] += int(resp.usage.prompt_tokens or 0)
+                self._n["tokens_out"] += int(resp.usage.completion_tokens or 0)
                 log.debug("llm: %s prompt + %s completion tokens", resp.usage.prompt_tokens,
                           resp.usage.completion_tokens)  # fmt: skip
             if not resp.choices:
@@ -578,7 +934,7 @@ class LLMProgrammer:
                 if fn is not None:
                     calls.append((c.id, str(fn.name), str(fn.arguments or "")))
             return Reply(choice.message.content or "", choice.finish_reason, tuple(calls))
-        raise AssertionError("unreachable")  # each retry above flips a flag that cannot flip back
+        raise AssertionError("unreachable")  # each retry above flips a flag that cannot flip back, or refits once
 
     def _ask(self, conversation: list[ChatCompletionMessageParam], max_tokens: int, box: Joined | None,
              n: int) -> Reply:  # fmt: skip
@@ -674,7 +1030,15 @@ class LLMProgrammer:
         profiling = toolbox(context)
         box = Joined(profiling, code) if profiling is not None or code is not None else None
         entry_file = parent.candidate.solution.entry_file
-        best: list[Candidate] = []
+        self._n["expansions"] += 1
+        if _reactive(context) and profiling is None:
+            self._n["untooled"] += 1
+            if self._n["untooled"] == 1:
+                log.warning("llm: --tools reactive, but the parent has no profile (profiles need a GPU with ncu): no "
+                            "profiling tool is offered to the model")  # fmt: skip
+        answered = self._n["answered"]
+        # Every complete candidate of every answer (a cut-off one included), in the order they came.
+        merged: list[Candidate] = []
         for i, (max_tokens, restart) in enumerate(self._attempts(n)):
             # The first attempt may grow the conversation with tool calls and their results.
             msgs = conversation if restart is None else [*conversation, restart]
@@ -685,11 +1049,11 @@ class LLMProgrammer:
                 if fatal is not None:
                     raise fatal from e
                 log.warning("llm: %s answered %s (%s); no candidates from this expansion",
-                            self.client.base_url, e.status_code, e.message)  # fmt: skip
+                            self.where, e.status_code, e.message)  # fmt: skip
                 break
             except openai.APIError as e:  # connection trouble, timeouts, malformed responses
                 log.warning("llm: request to %s failed (%s: %s); no candidates from this expansion",
-                            self.client.base_url, type(e).__name__, e)  # fmt: skip
+                            self.where, type(e).__name__, e)  # fmt: skip
                 break
             text, finish = reply.text, reply.finish
             extra: dict[str, Any] = {}
@@ -698,15 +1062,23 @@ class LLMProgrammer:
             if code is not None:
                 extra["code_search"] = list(code.called)
             found = self._candidates(parse_reply(text, entry_file), parent, mode, n, context, extra or None)
-            if len(found) >= len(best):
-                best = found
+            keys = {c.key for c in merged}
+            merged.extend(c for c in found if c.key not in keys)
             if finish != "length":
                 if not found:
                     log.warning("llm: the answer held no usable candidate (finish_reason=%s)", finish)
                 break
-            log.info("llm: answer %d was cut off at %d tokens; %s", i + 1, max_tokens,
-                     "retrying" if i < 2 else "giving up")  # fmt: skip
-        return best[:n]
+            self._n["truncated"] += 1
+            if i < 2:
+                self._n["retries"] += 1
+            log.warning("llm: answer %d was cut off at %d tokens with %d complete candidate(s); %s", i + 1, max_tokens,
+                        len(found), "asking again" if i < 2 else "giving up")  # fmt: skip
+        # Three expansions in a row without one answer: the endpoint is down or refuses us; say so and stop.
+        self._streak = self._streak + 1 if self._n["answered"] == answered else 0
+        if self._streak >= FAILED_EXPANSIONS:
+            raise PluginError(f"{self._streak} expansions in a row got no answer from the LLM endpoint: "
+                              f"{self._last_error or 'no request succeeded'}")  # fmt: skip
+        return merged[:n]
 
 
 def make(settings: Settings) -> LLMProgrammer:
@@ -730,4 +1102,5 @@ def make(settings: Settings) -> LLMProgrammer:
             raise PluginError(str(e)) from e
     client = openai.OpenAI(base_url=settings.llm_base_url or OPENAI_BASE_URL, api_key=settings.llm_api_key,
                            max_retries=2, timeout=DEFAULT_TIMEOUT_S)  # fmt: skip
-    return LLMProgrammer(client, settings.llm_model, codesearch=codesearch)
+    return LLMProgrammer(client, settings.llm_model, codesearch=codesearch,
+                         max_tokens=settings.llm_max_tokens or DEFAULT_MAX_TOKENS)  # fmt: skip

@@ -1,0 +1,146 @@
+"""The static check (runner/screen.py) on the demo's Triton kernel, the CUDA example and the
+KernelBench solutions: the known reward hacks are refused with a reason, honest rewrites pass."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernelpro.runner.config import load_config
+from kernelpro.runner.screen import REJECTED, check, for_trace, outcome
+from kernelpro.runner.target import Target
+from kernelpro.runner.trace import STATUSES, Solution, SourceFile
+
+ROOT = Path(__file__).resolve().parents[1]
+EMPTY = "    out = torch.empty_like(a)\n"
+LAUNCH = "    _swiglu_kernel[grid](a, b, out, n_elements, BLOCK_SIZE=BLOCK_SIZE, num_warps=8)\n"
+
+
+def _target(example: str, tmp: Path) -> tuple[Target, Solution]:
+    shutil.copytree(ROOT / "examples" / example / "commit1", tmp, dirs_exist_ok=True)
+    shutil.copytree(ROOT / "examples" / example / "commit2", tmp, dirs_exist_ok=True)
+    target = load_config(tmp / ".kernelpro.yml").targets[0]
+    return target, target.solution(tmp)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Target, Solution]:
+    return _target("demo", tmp_path_factory.mktemp("demo"))
+
+
+def _with(base: Solution, content: str) -> Solution:
+    return Solution(base.name, base.definition, "model", base.spec, (SourceFile(base.sources[0].path, content),))
+
+
+def _why(demo: tuple[Target, Solution], content: str) -> str | None:
+    target, base = demo
+    return check(_with(base, content), base, target.definition.reference, target.language)
+
+
+def test_the_torch_call_of_the_issue_is_refused_with_its_reason(demo: tuple[Target, Solution]) -> None:
+    src = demo[1].sources[0].content
+    why = _why(demo, src.replace(EMPTY, "    return torch.nn.functional.silu(a) * b\n"))
+    assert why is not None and "torch.nn.functional.silu" in why and "reference" in why and "rule 5" in why
+    # the same call through an alias, with the kernel deleted as the issue's candidate did
+    why = _why(demo, "import torch\nimport torch.nn.functional as F\n\n\ndef swiglu(a, b):\n    return F.silu(a) * b\n")
+    assert why is not None and "torch.nn.functional.silu" in why
+    why = _why(demo, "import torch\nfrom torch.nn.functional import silu as s\n\n\ndef swiglu(a, b):\n    return s(a) * b\n")
+    assert why is not None and "torch.nn.functional.silu" in why
+
+
+def test_reading_the_environment_is_refused(demo: tuple[Target, Solution]) -> None:
+    src = demo[1].sources[0].content
+    why = _why(demo, "import os\n" + src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = int(os.environ.get('B', '1024'))"))
+    assert why is not None and "imports os" in why and "rule 3" in why
+    # no import at all: torch's own reference to os
+    why = _why(demo, src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = int(torch.os.environ.get('B', '1024'))"))
+    assert why is not None and "torch.os.environ" in why
+
+
+@pytest.mark.parametrize(("change", "expect"), [
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = __import__('os').cpu_count()"), "__import__"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = getattr(torch, 'os').cpu_count()"), "getattr() on the module `torch`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = eval('1024')"), "eval"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(().__class__.__subclasses__())"), "interpreter internal"),
+    (("import torch\n", "import torch\nimport subprocess\n"), "imports subprocess"),
+    (("import torch\n", "import torch\nimport ctypes\n"), "imports ctypes"),
+    (("import torch\n", "import torch\nfrom importlib import import_module\n"), "imports importlib"),
+    (("import torch\n", "import torch\nfrom torch.utils.cpp_extension import load_inline\n"), "cpp_extension"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = torch.ops.aten.numel(a)"), "torch.ops"),
+    ((EMPTY, "    return a * torch.sigmoid(a) * b\n"), "torch.sigmoid in host code"),
+    ((EMPTY, "    return a * a.sigmoid() * b\n"), ".sigmoid()"),
+    ((LAUNCH, ""), "no longer launches a @triton.jit kernel"),
+    (("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(a, b, block=1024)"), "must keep its signature"),
+    (("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(x, y)"), "must keep its signature"),
+])  # fmt: skip
+def test_other_escapes_are_refused(demo: tuple[Target, Solution], change: tuple[str, str], expect: str) -> None:
+    src = demo[1].sources[0].content
+    assert change[0] in src
+    why = _why(demo, src.replace(*change))
+    assert why is not None and expect in why, why
+
+
+@pytest.mark.parametrize("change", [
+    ("BLOCK_SIZE = 64", "BLOCK_SIZE = 1024"),
+    ("num_warps=8", "num_warps=4"),
+    ("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(a, b)"),  # annotations are not the signature
+    ("BLOCK_SIZE = 64", "BLOCK_SIZE = 8 * torch.cuda.get_device_properties(0).multi_processor_count"),
+    ("import torch\n", "import math\nimport torch\n"),
+    ("    out = a * tl.sigmoid(a) * b\n", "    out = a / (1.0 + tl.exp(-a)) * b\n"),
+    ("    n_elements = a.numel()\n", "    n_elements = a.view(-1).shape[0]\n"),
+])  # fmt: skip
+def test_honest_rewrites_pass(demo: tuple[Target, Solution], change: tuple[str, str]) -> None:
+    src = demo[1].sources[0].content
+    assert change[0] in src
+    assert _why(demo, src.replace(*change)) is None
+
+
+def test_what_the_baseline_does_a_candidate_may_keep(demo: tuple[Target, Solution]) -> None:
+    """The PR's own code is never screened: a baseline that reads os.environ lets its candidates do it too."""
+    target, base = demo
+    src = "import os\n" + base.sources[0].content.replace("num_warps=8", "num_warps=int(os.environ.get('W', '8'))")
+    own = _with(base, src)
+    assert check(own, base, target.definition.reference, target.language) is not None  # as a candidate
+    cand = _with(base, src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = 1024"))
+    assert check(cand, own, target.definition.reference, target.language) is None  # derived from that baseline
+
+
+def test_cuda_targets_stay_cuda_and_keep_the_launch_signature(tmp_path: Path) -> None:
+    target, base = _target("cuda", tmp_path)
+    src = base.sources[0].content
+    ref = target.definition.reference
+
+    def why(content: str) -> str | None:
+        return check(_with(base, content), base, ref, target.language)
+
+    assert why(src.replace("#define BLOCK_SIZE 32", "#define BLOCK_SIZE 256")) is None
+    assert "cublasSgemm" in (why(src + "\nvoid f(cublasHandle_t h) { cublasSgemm(h); }\n") or "")
+    assert "getenv" in (why(src + '\nstatic const char* k = getenv("KEY");\n') or "")
+    assert "parameter list" in (why(src.replace("long long n)", "long long n, int extra)", 1)) or "")
+    no_kernel = src.replace("__global__", "__device__")
+    assert "no __global__ kernel" in (why(no_kernel) or "")
+    assert why(src.replace("// ", "// getenv( in a comment ", 1)) is None  # comments are not code
+
+
+def test_kernelbench_solutions_pass_against_their_reference_baseline() -> None:
+    """The KernelBench path starts from the reference (torch) and asks for Triton: the solutions pass."""
+    problems = ROOT / "benchmarks" / "kernelbench_problems"
+    for p in sorted(problems.glob("*.py")):
+        ref = p.read_text()
+        base = Solution("b", "d", "x", _spec(), (SourceFile("solution.py", ref),))
+        cand = Solution("c", "d", "x", _spec(), (SourceFile("solution.py", (problems / "solutions" / p.name).read_text()),))
+        assert check(cand, base, ref, "python") is None, p.name
+
+
+def _spec():  # type: ignore[no-untyped-def]
+    from kernelpro.runner.trace import BuildSpec
+
+    return BuildSpec("python", ("cuda",), "solution.py::ModelNew", destination_passing_style=False)
+
+
+def test_the_outcome_is_a_value_and_its_trace_line_fits_the_schema(demo: tuple[Target, Solution]) -> None:
+    o = outcome(demo[1], "it calls torch.nn.functional.silu")
+    assert o.status == REJECTED and not o.passed and o.results == () and "not run" in o.log and "silu" in o.log
+    assert REJECTED not in STATUSES and for_trace(o).status in STATUSES and for_trace(o).log == o.log
