@@ -368,6 +368,8 @@ class TargetResults:
     """The winner's unified diff against the PR head, checked; empty when the baseline stands."""
     patch_files: tuple[str, ...]
     """Repository-relative files the patch modifies."""
+    confinement: str = ""
+    """What confined the candidates (runner/confinement.py), as the runner recorded it; '' if not recorded."""
 
 
 @dataclass(frozen=True)
@@ -734,6 +736,7 @@ def _target(r: _Reader, v: Any, where: str, allowed: Mapping[str, Sequence[str]]
         tolerances=(),
         patch="",
         patch_files=(),
+        confinement=r.opt_text(o.get("confinement"), f"{w}.confinement", 300),
     )
 
 

@@ -431,7 +431,8 @@ def _headline(t: TargetResults) -> dict[str, str]:
             if w
             else md(t.stop_reason, 200)
         ),
-        "hardware": md(t.hardware, 60) + ("" if t.gpu_timings else " (not GPU timings)"),
+        "hardware": md(t.hardware, 60) + ("" if t.gpu_timings else " (not GPU timings)")
+        + (f"; candidates confined by {md(t.confinement, 200)}" if t.confinement else ""),
         "evaluations": str(t.evaluations),
     }
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from typing import Any
 
+from . import confinement
 from .candidate import Candidate
 from .evaluator import EvalSettings, Outcome, evaluate
 from .journal import Journal
@@ -61,14 +62,17 @@ def visible_gpus(setting: str, env: Mapping[str, str], device_count: Callable[[]
     return tuple(chosen)
 
 
-def _pin(gpu: str) -> None:
+def _pin(gpu: str, unconfined: bool = False) -> None:
     # Runs first in the worker process: everything it starts sees this one GPU only.
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    confinement.allow_unconfined(unconfined)
 
 
 def process_worker(gpu: str) -> Executor:
     """One worker process pinned to ``gpu`` (spawned, not forked: CUDA state must not be inherited)."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=_pin, initargs=(gpu,))
+    # The operator's opt-in to run unconfined crosses into the worker, which starts the candidates.
+    return ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=_pin,
+                               initargs=(gpu, confinement.unconfined_allowed()))  # fmt: skip
 
 
 class Pool:

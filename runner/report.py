@@ -48,6 +48,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "definition": result.target.definition.name,
         "device": result.device,
         "hardware": result.baseline.outcome.environment.get("hardware", "unknown"),
+        "confinement": str(result.baseline.outcome.environment.get("sandbox", {}).get("confinement", "not recorded")),
         "libs": dict(result.baseline.outcome.environment.get("libs", {})),
         "gpu_timings": result.device == "cuda",
         "search": settings.search,
