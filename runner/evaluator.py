@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -23,8 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .sandbox import ChildResult, run_child
+from .sandbox import ChildResult, read_capped, run_child
 from .target import Tolerance
+from .timekeeper import Timekeeper, digest_of
 from .trace import (
     STATUSES,
     Correctness,
@@ -192,6 +194,9 @@ class EvalSettings:
     """Host memory a child may allocate beyond its start-up (RLIMIT_DATA); 0 for no limit."""
     isolate_network: bool = True
     """Run children in a network namespace of their own where the OS allows it."""
+    checks: int = 5
+    """Timed calls per workload whose outputs are checked, at positions the parent draws in secret
+    (runner/timekeeper.py): a candidate that skips the work of half its calls passes 1 in 2**checks."""
 
 
 def _request(definition: Definition, solution: Solution, workloads: Sequence[Workload],
@@ -217,6 +222,7 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
                                                              "baseline_ms": dict(s.timeline_bar[1])},  # fmt: skip
         "float64_reference": s.float64_reference,
         "memory_limit_mb": s.memory_limit_mb,
+        "checks": s.checks,
     }
 
 
@@ -240,6 +246,9 @@ class _Reference:
     """Per workload: the reference's own timing, when asked for."""
     environment: Mapping[str, Any]
     """hardware and libraries, as the trusted child saw them."""
+    pools: tuple[tuple[int, ...], ...] = ()
+    """Per workload: the secret seeds of ``checks``, drawn here (never derived from settings), which
+    the parent hands a candidate's timed calls at positions of its choosing."""
 
 
 # A search run evaluates every candidate on the same seeds and the gate on other ones: two entries.
@@ -252,14 +261,35 @@ def _reference_key(req: Mapping[str, Any]) -> str:
     parts = {k: req[k] for k in ("definition", "workloads", "device", "trials", "seed", "time_reference",
                                  "float64_reference")}  # fmt: skip
     parts["rotate"] = req["timing"]["rotate"]
+    parts["checks"] = req.get("checks", 0)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, cap: int) -> Any:
+    """A saved output file, read whole into this process's memory first (at most ``cap`` bytes, never
+    through a symlink or from a FIFO): never a memory map of a file the child still owns, which it
+    could truncate under us (SIGBUS). Raises OSError or whatever torch.load raises on garbage."""
+    import io
+
     import torch
 
-    # mmap: the data stays in the (deleted) file's pages, not in this process's heap.
-    return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    return torch.load(io.BytesIO(read_capped(path, cap)), weights_only=True, map_location="cpu")
+
+
+def _output_cap(req: Mapping[str, Any]) -> int:
+    """Bytes a saved output file can need for the largest workload: every output in float64 (the
+    widest), twice over for the container, plus a MiB."""
+    definition, largest = req["definition"], 0
+    for w in req["workloads"]:
+        elements = 0
+        for spec in definition["outputs"].values():
+            n = 1
+            for ax in spec.get("shape") or ():
+                a = definition["axes"][ax]
+                n *= int(a["value"]) if a["type"] == "const" else int(w["axes"][ax])
+            elements += n
+        largest = max(largest, elements)
+    return 16 * largest + (1 << 20)
 
 
 def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
@@ -270,18 +300,23 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
             _REFERENCES.move_to_end(key)
             return _REFERENCES[key]
 
+    cap = _output_cap(req)
+    dice = random.SystemRandom()
+    pools = tuple(tuple(dice.getrandbits(62) for _ in range(int(req.get("checks", 0)))) for _ in req["workloads"])
+
     def collect(work: Path, doc: Mapping[str, Any], _seconds: float) -> _Reference:
         entries = doc["workloads"]
         return _Reference(
-            trials=tuple(tuple(_load(work / "ref" / f) for f in e["trials"]) for e in entries),
-            float64=tuple(tuple(_load(work / "ref" / f) for f in e["float64"]) for e in entries),
-            checks=tuple(tuple(_load(work / "ref" / f) for f in e["checks"]) for e in entries),
-            checks64=tuple(tuple(_load(work / "ref" / f) for f in e["checks64"]) for e in entries),
+            trials=tuple(tuple(_load(work / "ref" / f, cap) for f in e["trials"]) for e in entries),
+            float64=tuple(tuple(_load(work / "ref" / f, cap) for f in e["float64"]) for e in entries),
+            checks=tuple(tuple(_load(work / "ref" / f, cap) for f in e["checks"]) for e in entries),
+            checks64=tuple(tuple(_load(work / "ref" / f, cap) for f in e["checks64"]) for e in entries),
             timing=tuple(Timing.from_json(e["timing"]) if e.get("timing") else None for e in entries),
             environment=doc["environment"],
+            pools=pools,
         )  # fmt: skip
 
-    child = run_child({**req, "mode": "reference"}, timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir,
+    child = run_child({**req, "mode": "reference", "check_seeds": [list(p) for p in pools]}, timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir,
                       isolate=s.isolate_network, memory_limit_mb=_watchdog_mb(s), collect=collect,
                       fork=s.fork_server)  # fmt: skip
     if child.status != "OK" or not isinstance(child.collected, _Reference):
@@ -300,6 +335,14 @@ def reference_ready(definition: Definition, solution: Solution, workloads: Seque
     return not isinstance(_reference_for(_request(definition, solution, workloads, tolerance, settings), settings), str)
 
 
+def reference_outputs(definition: Definition, solution: Solution, workloads: Sequence[Workload], tolerance: Tolerance,
+                      settings: EvalSettings) -> list[Any] | str:  # fmt: skip
+    """The reference's outputs of the first trial of the first workload, or why the reference failed
+    (runner/smoke.py checks the configuration with them before any search)."""
+    ref = _reference_for(_request(definition, solution, workloads, tolerance, settings), settings)
+    return ref if isinstance(ref, str) else list(ref.trials[0][0])
+
+
 class _Verdict(Exception):
     """A workload's failure, found while judging the candidate's outputs."""
 
@@ -315,15 +358,14 @@ class _OutputJudge:
     the first wrong file. File names are the parent's own, never taken from the child's result."""
 
     def __init__(self, work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
-                 trials: int, seeds: list[int]) -> None:  # fmt: skip
-        self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, len(ref.checks[wi])
+                 trials: int, seeds: list[int], keeper: Timekeeper, cap: int) -> None:  # fmt: skip
+        self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, 0
+        self.wi, self.ref, self.keeper, self.cap = wi, ref, keeper, cap
         self.named = list(definition.outputs.items())
         self.jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
                       {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
                      for t in range(trials) for r in (0, 1)]  # fmt: skip
-        self.jobs += [(f"w{wi}_c{j}.pt", want, ref.checks64[wi][j] if ref.checks64[wi] else None, {"timed_call": j,
-                       "reason_if_wrong": "a timed call on a reused, re-randomised buffer set returned wrong outputs "
-                       "(a cache keyed on pointers?)"}) for j, want in enumerate(ref.checks[wi])]  # fmt: skip
+        self.timed = False  # whether the checked timed calls' jobs are known (once their phase ended)
         self.done = 0
         self.worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
         self.ratios: list[float] = []
@@ -332,10 +374,31 @@ class _OutputJudge:
 
     @property
     def finished(self) -> bool:
-        return self.failed is not None or self.done == len(self.jobs)
+        return self.failed is not None or (self.timed and self.done == len(self.jobs))
+
+    def _timed_jobs(self, final: bool) -> bool:
+        """Add the checked timed calls' files, once the parent's channel says which calls they were."""
+        phase = self.keeper.phase("time", self.wi)
+        if phase is None:
+            if final:
+                self.failed = _Verdict("RUNTIME_ERROR", "TIMING_PROTOCOL: the candidate's process never completed "
+                                       "its timing phase over the parent's channel")  # fmt: skip
+            return False
+        ref, wi = self.ref, self.wi
+        self.jobs += [(f"w{wi}_c{j}.pt", ref.checks[wi][j], ref.checks64[wi][j] if ref.checks64[wi] else None,
+                       {"timed_call": pos, "digest": phase.digests.get(pos),  # type: ignore[dict-item]
+                        "reason_if_wrong": "a timed call, at a position drawn in secret by the parent, returned "
+                        "wrong outputs (work skipped on calls it hoped were unchecked, or a cache keyed on pointers?)"})
+                      for j, pos in enumerate(phase.checks)]  # fmt: skip
+        self.n_checks, self.timed = len(phase.checks), True
+        return True
 
     def advance(self, final: bool = False) -> None:
         while not self.finished:
+            if self.done == len(self.jobs) and not self._timed_jobs(final):
+                return
+            if self.finished:
+                return
             fname, want, want64, where = self.jobs[self.done]
             path = self.work / "out" / fname
             if not path.is_file():  # the harness renames a file into place once it is complete
@@ -353,12 +416,19 @@ class _OutputJudge:
         from .comparison import compare
 
         try:
-            got = _load(path)
+            got = _load(path, self.cap)
         except Exception as e:  # a file the candidate wrote is data, and may be garbage
             raise _Verdict("RUNTIME_ERROR", f"unreadable outputs for {where}: {e}") from None
         if not isinstance(got, list) or len(got) != len(self.named):
             n = len(got) if isinstance(got, list) else 1
             raise _Verdict("INCORRECT_SHAPE", f"returned {n} outputs, the definition has {len(self.named)}")
+        if "digest" in where:
+            committed = where.pop("digest")
+            if committed is None or tuple(committed) != digest_of(got):
+                raise _Verdict("RUNTIME_ERROR", f"LATE_WRITE: the saved outputs of timed call {where['timed_call']} "
+                               "are not what the call had written when it returned (their digest, committed to the "
+                               "parent before it said which calls it checks, differs): work done after the call, "
+                               "once the candidate knew the call was checked, or on a stream the harness never saw")
         if where.get("run") == "second poison" and _identical(got, self.previous):
             return  # bit for bit the first run of this trial, which passed: the same verdict, for free
         self.previous = got
@@ -385,10 +455,10 @@ class _OutputJudge:
         return out
 
 
-def _follow(judges: Sequence[_OutputJudge], work: Path) -> None:
+def _follow(judges: Sequence[_OutputJudge], keeper: Timekeeper) -> None:
     """While the child runs: judge what it has written, workload by workload, in order. Never while
-    it times (its marker file says so): the parent's CPU work must not slow its launches."""
-    if (work / "timing").exists():
+    it times (the parent's channel says so): the parent's CPU work must not slow its launches."""
+    if keeper.in_phase:
         return
     for j in judges:
         j.advance()
@@ -410,11 +480,17 @@ def _identical(a: list[Any], b: list[Any]) -> bool:
     )  # fmt: skip
 
 
-def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float]) -> Timing:
-    """The candidate's own timing, read as untrusted numbers: well-formed, positive, and not more
-    timed milliseconds than the parent saw the whole child take."""
+def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float], keeper: Timekeeper,
+            wi: int) -> Timing:  # fmt: skip
+    """The candidate's own timing, read as untrusted numbers: the summary it sent over the parent's
+    channel when its timing phase ended (what result.json says is ignored), well-formed, positive,
+    and consistent with the wall the parent's own clock saw (runner/timekeeper.py)."""
+    why = keeper.consistent(wi)
+    if why is not None:
+        raise _Verdict("RUNTIME_ERROR", why)
+    phase = keeper.phase("time", wi)
     try:
-        t = entry["timing"]
+        t = dict(phase.claimed) if phase is not None else entry["timing"]
         timing = Timing.from_json(t)
         total = float(t.get("sum_ms", timing.median_ms * timing.n))
     except (KeyError, TypeError, ValueError) as e:
@@ -431,16 +507,17 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
 
 
 def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
-            work: Path) -> list[_OutputJudge]:  # fmt: skip
+            work: Path, keeper: Timekeeper) -> list[_OutputJudge]:  # fmt: skip
     from .harness import trial_seed
 
+    cap = _output_cap(req)
     return [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
-                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])])
+                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap)
             for wi, w in enumerate(workloads)]  # fmt: skip
 
 
 def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_OutputJudge],
-           doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:  # fmt: skip
+           doc: Mapping[str, Any], seconds: float, keeper: Timekeeper) -> list[WorkloadResult]:  # fmt: skip
     results: list[WorkloadResult] = []
     entries = doc.get("workloads")
     if not isinstance(entries, list) or len(entries) > len(workloads):
@@ -458,7 +535,7 @@ def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_Out
                 corr = json.loads(log) if status == "INCORRECT_NUMERICAL" and log.startswith("{") else None
                 raise _Verdict(status, log, corr)
             correctness = judges[wi].result()
-            results.append(WorkloadResult(w.uuid, "PASSED", "", correctness, _timing(e, seconds, spent),
+            results.append(WorkloadResult(w.uuid, "PASSED", "", correctness, _timing(e, seconds, spent, keeper, wi),
                                           ref.timing[wi]))  # fmt: skip
         except _Verdict as v:
             results.append(WorkloadResult(w.uuid, v.status, v.log, v.correctness))
@@ -486,27 +563,34 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
 
     judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
     judges: list[_OutputJudge] = []
+    keeper = Timekeeper(ref.pools, settings.device)
 
     def judges_in(work: Path) -> list[_OutputJudge]:  # the work directory is known once the child starts
         if not judges:
-            judges.extend(_judges(definition, workloads, req, ref, work))
+            judges.extend(_judges(definition, workloads, req, ref, work, keeper))
         return judges
 
     def during(work: Path) -> None:
         t0 = time.perf_counter()
-        _follow(judges_in(work), work)
+        _follow(judges_in(work), keeper)
         judged["judge_during"] += time.perf_counter() - t0
 
     def collect(work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:
         t0 = time.perf_counter()
         try:
-            return _judge(workloads, ref, judges_in(work), doc, seconds)
+            return _judge(workloads, ref, judges_in(work), doc, seconds, keeper)
+        except Exception as e:  # noqa: BLE001 - judging fails as this candidate's status, never as a crash
+            return [WorkloadResult(workloads[0].uuid, "RUNTIME_ERROR", f"UNJUDGEABLE: {e!r}"[:2000])]
         finally:
             judged["judge"] = time.perf_counter() - t0
 
-    child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
-                      isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect,
-                      during=during if settings.judge_during else None, fork=settings.fork_server)  # fmt: skip
+    try:
+        child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
+                          isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect,
+                          during=during if settings.judge_during else None, fork=settings.fork_server,
+                          timekeeper=keeper)  # fmt: skip
+    finally:
+        keeper.close()
     environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child, settings)}}
     if child.status != "OK" or child.result is None:
         status = "TIMEOUT" if child.status == "TIMEOUT" else "RUNTIME_ERROR"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import itertools
 import json
 import os
@@ -73,8 +74,9 @@ def _confine() -> None:
         raise OSError(ctypes.get_errno(), "mounting /proc failed")
 
 
-def _child(req: Mapping[str, Any], out_fd: int) -> None:
-    """In the forked child: never returns."""
+def _child(req: Mapping[str, Any], out_fd: int, channel: Sequence[int] = ()) -> None:
+    """In the forked child: never returns. ``channel``: the parent's timing pipes (runner/timekeeper.py),
+    kept as fds 3 and 4."""
     code = _FAILED_TO_CONFINE
     try:
         os.setsid()
@@ -82,7 +84,10 @@ def _child(req: Mapping[str, Any], out_fd: int) -> None:
         os.dup2(out_fd, 2)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        os.closerange(3, 1 << 16)  # the server's socket and pipes are not the candidate's
+        high = [fcntl.fcntl(f, fcntl.F_DUPFD, 10) for f in channel]  # out of the way of 3 and 4
+        for k, f in enumerate(high):
+            os.dup2(f, 3 + k)
+        os.closerange(3 + len(high), 1 << 16)  # the server's socket and pipes are not the candidate's
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.chdir(req["cwd"])
@@ -129,18 +134,18 @@ def serve(fd: int) -> None:
         for key, _ in sel.select():
             if key.fileobj is sock:
                 try:
-                    msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 1)
+                    msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3)
                 except InterruptedError:
                     continue
                 if not msg:
                     return  # the orchestrator is gone; its children are killed by it, not by us
                 req = json.loads(msg)
                 try:
-                    if len(fds) != 1:
-                        raise ValueError("a request carries exactly one output pipe")
+                    if len(fds) not in (1, 3):
+                        raise ValueError("a request carries one output pipe, and maybe two channel ends")
                     pid = os.fork()
                     if pid == 0:
-                        _child(req, fds[0])
+                        _child(req, fds[0], fds[1:])
                     reply: dict[str, Any] = {"id": req["id"], "pid": pid}
                 except Exception as e:  # noqa: BLE001 - a failed spawn is an answer, not the server's end
                     reply = {"id": req.get("id"), "error": f"{type(e).__name__}: {e}"}
@@ -228,7 +233,8 @@ class ForkServer:
         return self._proc.poll() is None
 
     def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], isolate: bool,
-              timeout_s: float = 60.0, probe: bool = False, policy: str | None = None) -> Forked:  # fmt: skip
+              timeout_s: float = 60.0, probe: bool = False, policy: str | None = None,
+              fds: Sequence[int] = ()) -> Forked:  # fmt: skip
         rid = next(self._ids)
         answer: queue.Queue[dict[str, Any]] = queue.Queue()
         self._replies[rid] = answer
@@ -236,7 +242,7 @@ class ForkServer:
         try:
             req = {"id": rid, "argv": list(argv), "cwd": str(cwd), "env": dict(env), "isolate": isolate, "probe": probe,
                    "policy": policy}  # fmt: skip
-            socket.send_fds(self._sock, [json.dumps(req).encode()], [w])
+            socket.send_fds(self._sock, [json.dumps(req).encode()], [w, *fds])
         finally:
             os.close(w)
         try:

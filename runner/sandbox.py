@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -156,7 +157,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
               during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None,
               fork: bool = False, deadline: Callable[[], float] | None = None,
-              writable: Sequence[Path] = ()) -> ChildResult:  # fmt: skip
+              writable: Sequence[Path] = (), timekeeper: Any = None) -> ChildResult:  # fmt: skip
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
@@ -169,7 +170,8 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     at: a standby's limit starts when its request is given (runner/standby.py). ``writable``: folders
     the child may write besides its own (a profiler's report); everything else it sees read-only
     (runner/confinement.py). Raises SandboxError where the confinement is unavailable and the
-    operator did not opt in to run unconfined."""
+    operator did not opt in to run unconfined. ``timekeeper`` (runner/timekeeper.py): the child
+    inherits its two pipe ends (named in KERNELPRO_CHANNEL) and it reads them while the child runs."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
     confined = _confinement(pid_namespace="-p" in prefix)
     sandbox = {"network": network, "parent": protect_parent(), "confinement": confined.description}
@@ -188,13 +190,18 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         proc: Any = None
         if server is not None:
             with contextlib.suppress(OSError):  # the server died: a fresh interpreter, as without it
-                proc = server.spawn(cmd[-2:], work, env, isolate=bool(prefix), policy=rules.to_json() if rules else None)
+                proc = server.spawn(cmd[-2:], work, _channel(env, timekeeper, forked=True), isolate=bool(prefix),
+                                    policy=rules.to_json() if rules else None,
+                                    fds=timekeeper.child_fds if timekeeper else ())  # fmt: skip
                 sandbox["spawn"] = "forked from the fork server"
         if proc is None:
             proc = subprocess.Popen(
-                cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                cmd, cwd=work, env=_channel(env, timekeeper, forked=False), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                pass_fds=timekeeper.child_fds if timekeeper else (),
             )  # fmt: skip
+        if timekeeper is not None:
+            timekeeper.started()
         stop = threading.Event()
         follower = threading.Thread(target=_follow, args=(during, work, stop), daemon=True) if during else None
         if follower is not None:
@@ -216,14 +223,52 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         if proc.returncode != 0 or not result_file.exists():
             return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds, sandbox)
         try:
-            doc = json.loads(result_file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            doc = json.loads(read_capped(result_file, _RESULT_CAP))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
             return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
         if not isinstance(doc, dict):
             return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
         _split_wall(doc, wall0, wall1)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
+
+
+_RESULT_CAP = 256 << 20
+
+
+def read_capped(path: Path, cap: int) -> bytes:
+    """A file a child wrote, read whole into this process's memory: never through a symlink, never
+    a FIFO or device (opened non-blocking, then it must be a regular file), at most ``cap`` bytes.
+    Nothing the child does to the file afterwards (truncating it, say) can reach this process, as it
+    could through a memory map (SIGBUS). Raises OSError (ValueError included) on each refusal."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        if st.st_size > cap:
+            raise OSError(f"{path.name} holds {st.st_size} bytes, more than the {cap} its contents can need")
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            chunk = os.read(fd, min(1 << 24, cap + 1 - got))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            got += len(chunk)
+            if got > cap:
+                raise OSError(f"{path.name} grew past {cap} bytes while it was read")
+    finally:
+        os.close(fd)
+
+
+def _channel(env: dict[str, str], timekeeper: Any, forked: bool) -> dict[str, str]:
+    """The child's environment, naming its ends of the timing channel: the fork server puts them at
+    3 and 4 (runner/forkserver.py); a fresh process inherits the parent's numbers."""
+    if timekeeper is None:
+        return env
+    r, w = (3, 4) if forked else timekeeper.child_fds
+    return {**env, "KERNELPRO_CHANNEL": f"{r},{w}"}
 
 
 def _fork_server(work: Path, isolate: bool) -> Any:

@@ -1,0 +1,266 @@
+"""The parent's own view of a candidate's timing: a pipe pair it owns, its own clock, its own dice.
+
+A candidate's process times its own calls (CUDA events, or the clock on the CPU), and everything in
+that process is the candidate's to rewrite. So the parent (runner/evaluator.py) keeps what the
+process cannot touch, over two pipes it created (runner/sandbox.py passes the child's ends):
+
+- **Its clock.** The child announces the start and the end of each timing phase (one per
+  workload; and, before the candidate is imported, a calibration phase of the same loop around a
+  call that does nothing). The parent stamps both with ``time.perf_counter`` and refuses timings
+  whose calls add up to less than the wall it saw, less the loop's own cost measured in the
+  calibration (``consistent``): work moved outside the timed windows (a lazy output, a side stream,
+  a clock the candidate rebound) shows up in the wall.
+- **Its dice.** The inputs of the timed calls are random seeds drawn here when the phase starts
+  (nothing the child could read before timing says what they are). A few of them are the secret
+  seeds the trusted reference child computed outputs for (``pools``), at positions drawn here,
+  indistinguishable from the rest. After each call the child commits a digest of that call's
+  outputs (the sum of their bit patterns, computed in stream order right after the call); only
+  then does the parent say whether that call is checked. The checked outputs must match both the
+  reference and the digest committed before the decision: work skipped on calls the candidate
+  hoped were unchecked, or done late once it knew, is caught.
+
+Protocol (newline-delimited JSON; the child's side is runner/harness.py ``_Channel``):
+child -> parent ``{"start": {"kind", "w", "reps"}}``, ``{"c": [i, [digest, ...]]}`` per call in
+order, ``{"end": {timing summary}}``; parent -> child ``{"seeds": [...]}`` after a start,
+``{"k": [i, 0|1]}`` after each commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUM_SLACK = 1.10
+"""The timed calls may add up to this fraction of the wall, less the loop's cost, and still pass."""
+MEDIAN_SLACK = {"cuda": 1.5, "cpu": 3.0}
+"""... and their median times their number to the wall over this (a GPU's calls vary little)."""
+LOOP_FACTOR = 2.0
+"""The loop's own cost per call is allowed this many times over what its calibration took."""
+FIXED_MS = {"cuda": 25.0, "cpu": 150.0}
+"""Milliseconds of wall allowed per phase on top (pipe latency, the final synchronisation, and on
+a shared CPU machine the scheduler)."""
+_MAX_LINE = 1 << 20
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One timing phase as the parent saw it."""
+
+    kind: str
+    """'cal' (the harness's loop around a call that does nothing, before the candidate is imported)
+    or 'time' (the candidate's timed calls on one workload)."""
+    workload: int
+    """Index of the workload in the request."""
+    reps: int
+    """Calls the child announced."""
+    wall_s: float = 0.0
+    """Seconds between the seeds sent and the end received, on the parent's clock."""
+    claimed: Mapping[str, Any] = field(default_factory=dict)
+    """The child's timing summary, as it sent it at the end (untrusted numbers)."""
+    checks: tuple[int, ...] = ()
+    """Positions of the checked calls, in order; the j-th used the j-th pool seed."""
+    digests: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """Digest committed for each checked call, before the parent said it was checked."""
+    ended: bool = False
+    """Whether the end arrived after every call's commit."""
+
+
+class Timekeeper:
+    """The parent's end of one child's timing channel: ``child_fds`` go to the child, ``started``
+    closes them here and reads the child's announcements on a thread until the child is gone."""
+
+    def __init__(self, pools: Sequence[Sequence[int]], device: str) -> None:
+        self._pools = [list(p) for p in pools]
+        self._device = device
+        self._dice = random.SystemRandom()
+        up_r, up_w = os.pipe()  # child -> parent
+        down_r, down_w = os.pipe()  # parent -> child
+        self._in, self._out = up_r, down_w
+        os.set_blocking(down_w, False)  # a child that stops reading fails its timing, never blocks us
+        self.child_fds: tuple[int, int] = (down_r, up_w)
+        """The child's (read, write) ends."""
+        self._lock = threading.Lock()
+        self._phases: list[Phase] = []
+        self._open: dict[str, Any] | None = None
+        self.problem: str | None = None
+        """The first protocol violation seen, naming it; the child's timings are then void."""
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def started(self) -> None:
+        for fd in self.child_fds:
+            os.close(fd)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """After the child exited: wait for the reader (a grandchild may still hold the write end:
+        then stop waiting), close ours."""
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            if self._thread.is_alive():
+                self._fail("TIMING_PROTOCOL: something of the candidate kept the timing channel open after it exited")
+        self._close_out()
+        if self._thread is None:  # never started: the child's ends are still ours
+            for fd in self.child_fds:
+                os.close(fd)
+        elif not self._thread.is_alive():
+            os.close(self._in)
+        # else: the reader still blocks on it; the fd is closed with the process, never reused under it
+
+    def _close_out(self) -> None:
+        with self._lock:
+            if self._out >= 0:
+                os.close(self._out)
+                self._out = -1
+
+    # ------------------------------------------------------------------ what the evaluator asks
+
+    @property
+    def in_phase(self) -> bool:
+        """Whether the child is timing now (the parent does no CPU work of its own then)."""
+        return self._open is not None
+
+    def phase(self, kind: str, workload: int) -> Phase | None:
+        with self._lock:
+            return next((p for p in self._phases if p.kind == kind and p.workload == workload), None)
+
+    def calibration_ms(self, workload: int) -> float | None:
+        """Milliseconds of wall per call of the harness's own loop on this workload."""
+        p = self.phase("cal", workload)
+        return p.wall_s * 1e3 / p.reps if p is not None and p.ended and p.reps > 0 else None
+
+    def consistent(self, workload: int) -> str | None:
+        """None if the candidate's timing on this workload fits the wall the parent saw; else why
+        not, starting with the name of what it is (TIMING_INCONSISTENT or TIMING_PROTOCOL)."""
+        if self.problem is not None:
+            return self.problem
+        p = self.phase("time", workload)
+        if p is None or not p.ended:
+            return "TIMING_PROTOCOL: the child never completed the timing phase of this workload over the parent's channel"
+        cal = self.calibration_ms(workload)
+        if cal is None:
+            return "TIMING_PROTOCOL: the harness's calibration phase of this workload is missing"
+        try:
+            n, median, total = int(p.claimed["n"]), float(p.claimed["median_ms"]), float(p.claimed["sum_ms"])
+        except (KeyError, TypeError, ValueError) as e:
+            return f"TIMING_PROTOCOL: malformed timing summary at the end of the phase: {e!r}"
+        if n != p.reps:
+            return f"TIMING_PROTOCOL: {n} timed calls reported, {p.reps} announced"
+        wall = p.wall_s * 1e3
+        allow = LOOP_FACTOR * cal * p.reps + FIXED_MS.get(self._device, FIXED_MS["cpu"])
+        slack = MEDIAN_SLACK.get(self._device, MEDIAN_SLACK["cpu"])
+        facts = (f"the parent's clock saw {wall:.1f} ms for {p.reps} calls; the harness's own loop costs "
+                 f"{cal:.3f} ms a call (allowed {allow:.1f} ms in all)")  # fmt: skip
+        if wall > SUM_SLACK * total + allow:
+            return (f"TIMING_INCONSISTENT: the timed calls add up to {total:.1f} ms but {facts}: work was "
+                    "done outside the timed windows (lazy outputs, a side stream or thread, a rebound timer)")
+        if wall > slack * n * median + allow:
+            return (f"TIMING_INCONSISTENT: a median of {median:.4f} ms over {n} calls cannot fill the wall: {facts}; "
+                    "the work was concentrated in a few calls to move the median")
+        return None
+
+    # ------------------------------------------------------------------ the thread
+
+    def _read(self) -> None:
+        buf = b""
+        try:
+            while True:
+                chunk = os.read(self._in, 65536)
+                if not chunk:
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self._handle(json.loads(line))
+                if len(buf) > _MAX_LINE:
+                    raise ValueError("an announcement longer than 1 MiB")
+        except Exception as e:  # noqa: BLE001 - whatever the child wrote, it voids its timing, never the parent
+            self._fail(f"TIMING_PROTOCOL: unreadable announcement from the child: {type(e).__name__}: {e}"[:500])
+        finally:
+            self._open = None
+
+    def _fail(self, why: str) -> None:
+        if self.problem is None:
+            self.problem = why
+        self._close_out()  # the child's next read fails: it stops timing
+
+    def _send(self, doc: Mapping[str, Any]) -> None:
+        data = (json.dumps(doc) + "\n").encode()
+        deadline = time.monotonic() + 30.0
+        while data:
+            with self._lock:
+                if self._out < 0:
+                    raise ValueError("the channel is closed")
+                out = self._out
+                try:
+                    n = os.write(out, data)
+                except BlockingIOError:
+                    n = 0
+            data = data[n:]
+            if data:  # the child is not reading: give it a while, outside the lock
+                if time.monotonic() > deadline:
+                    raise ValueError("the child stopped reading its channel")
+                select.select([], [out], [], 0.5)
+
+    def _handle(self, msg: Any) -> None:
+        if not isinstance(msg, dict) or len(msg) != 1:
+            raise ValueError(f"unexpected message {str(msg)[:80]}")
+        (key, value), = msg.items()
+        now = time.perf_counter()
+        if key == "start":
+            if self._open is not None:
+                raise ValueError("a phase started inside another")
+            kind, wi, reps = str(value["kind"]), int(value["w"]), int(value["reps"])
+            if kind not in ("cal", "time") or not 0 <= wi < len(self._pools) or not 0 < reps <= 1 << 20:
+                raise ValueError(f"bad start {value}")
+            if self.phase(kind, wi) is not None:
+                raise ValueError(f"phase {kind} of workload {wi} started twice")
+            pool = self._pools[wi] if kind == "time" else []
+            checks = tuple(sorted(self._dice.sample(range(reps), min(len(pool), reps))))
+            seeds = [self._dice.getrandbits(62) for _ in range(reps)]
+            for j, pos in enumerate(checks):
+                seeds[pos] = pool[j]
+            self._open = {"kind": kind, "w": wi, "reps": reps, "checks": checks, "next": 0, "digests": {}}
+            self._send({"seeds": seeds})
+            self._open["t0"] = time.perf_counter()  # from the seeds on: the child can start no earlier
+        elif key == "c":
+            o = self._open
+            if o is None:
+                raise ValueError("a commit outside a phase")
+            i, digest = int(value[0]), tuple(int(d) for d in value[1])
+            if i != o["next"] or i >= o["reps"]:
+                raise ValueError(f"commit of call {i}, expected {o['next']}")
+            o["next"] = i + 1
+            keep = i in o["checks"]
+            if keep:
+                o["digests"][i] = digest
+            self._send({"k": [i, int(keep)]})
+        elif key == "end":
+            o = self._open
+            if o is None:
+                raise ValueError("an end outside a phase")
+            if o["next"] != o["reps"]:
+                raise ValueError(f"the phase ended after {o['next']} of {o['reps']} commits")
+            claimed = value if isinstance(value, dict) else {}
+            phase = Phase(o["kind"], o["w"], o["reps"], now - o["t0"], claimed, o["checks"], dict(o["digests"]), True)
+            with self._lock:
+                self._phases.append(phase)
+            self._open = None
+        else:
+            raise ValueError(f"unknown message {key!r}")
+
+
+def digest_of(values: Sequence[Any]) -> tuple[int, ...]:
+    """The parent's digest of saved outputs: the harness's (runner/harness.py ``_digest``), on the CPU."""
+    from .harness import digest_host
+
+    return digest_host(values)
