@@ -257,6 +257,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
     from kernelpro.bot.permission import can_retry
     from kernelpro.bot.progress import live_marker
     from kernelpro.runner.config import ConfigError, load_config
+    from kernelpro.runner.smoke import static_faults
     from kernelpro.workspace import checkouts
 
     repo = gh.get_repo(trigger.repo)
@@ -312,6 +313,14 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
             kernels = changed_kernels(checkout, base_sha, head_sha)
             reason = "no configured kernel changed in this pull request."
             _say_done(sticky, reason, kernels, config_snippet)
+            return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+        # Read as text, nothing run: a configuration that names a file or function the pull request does not
+        # have is the configuration's fault, said here, not a failure of the PR's kernel on the GPU runner.
+        faults = [str(f) for t in targets for f in static_faults(t, co.head)]
+        if faults:
+            reason = ("the base branch's .kernelpro.yml does not match this pull request's code, so nothing was run "
+                      "(the configuration is at fault, not the kernel): " + " ".join(faults).rstrip("."))  # fmt: skip
+            _say_done(sticky, reason)
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
     names = tuple(t.name for t in targets)
     queued = progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None)

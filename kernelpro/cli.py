@@ -31,14 +31,28 @@ def _err(msg: str) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
-    from kernelpro.runner.config import load_config
+    from kernelpro.runner.config import ConfigError, load_config
 
     path = Path(args.path)
     if path.is_dir():
         path = path / ".kernelpro.yml"
     config = load_config(path, Path(args.repo) if args.repo else None)
+    faults: list[str] = []
     for t in config.targets:
-        print(f"ok: target {t.name} ({t.language}, {t.entry_point}, {len(t.workloads)} workloads)")
+        if args.run:
+            # The smoke step `optimize` runs before any search: files, entry point, the reference on the
+            # smallest workload (in the evaluator's reference child).
+            from kernelpro.runner.smoke import smoke
+
+            root = Path(args.repo) if args.repo else path.parent
+            found = smoke(t, root, settings.resolved_device(), t.budget.timeout_s)
+            faults += [str(f) for f in found]
+            if found:
+                continue
+        ran = ", reference ran on the smallest workload" if args.run else ""
+        print(f"ok: target {t.name} ({t.language}, {t.entry_point}, {len(t.workloads)} workloads{ran})")
+    if faults:
+        raise ConfigError(faults)
     print(f"{path}: valid, {len(config.targets)} target(s), energy {config.energy}")
     return 0
 
@@ -166,6 +180,7 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
     from kernelpro.runner.optimize import RunSettings, optimize
+    from kernelpro.runner.smoke import fault_report, fault_result, smoke
     from kernelpro.runner.tools import load_tool_file
     from kernelpro.workspace import checkouts
 
@@ -204,19 +219,27 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
             print("No GPU: kernels run in Triton's interpreter on the CPU; timings are not GPU timings.")
         reports, patches, summaries = [], [], []
         failed: list[str] = []
+        config_faults: list[str] = []
         trace_all = out / "trace.jsonl"
         trace_all.write_text("")
         for target in targets:
-            missing = [f for f in target.files if not (co.head / f).exists()]
-            if missing:
-                print(f"{target.name}: skipped, {', '.join(missing)} not in the head commit (deleted or renamed?); "
-                      "update its sources in .kernelpro.yml")  # fmt: skip
-                continue
             if target.language == "cuda" and device != "cuda":
                 print(f"{target.name}: skipped, CUDA targets need an NVIDIA GPU (this run is on the CPU); run on a "
                       "GPU machine, or set KERNELPRO_DEVICE=cuda there")  # fmt: skip
                 continue
             t_out = out / target.name
+            # Before any search: a fault of the configuration is reported as such, never as the PR kernel's status.
+            faults = smoke(target, co.head, device, target.budget.timeout_s)
+            if faults:
+                t_out.mkdir(parents=True, exist_ok=True)
+                (t_out / "result.json").write_text(json.dumps(fault_result(target, device, faults), indent=2) + "\n")
+                (t_out / "report.md").write_text(fault_report(target, faults))
+                (t_out / "patch.diff").write_text("")
+                reports.append((t_out / "report.md").read_text())
+                summaries.append(json.loads((t_out / "result.json").read_text()))
+                config_faults.extend(str(f) for f in faults)
+                print(f"{target.name}: not optimized, its configuration does not match the code (below)")
+                continue
             base_solution = None
             if all((co.base / f).exists() for f in target.files):
                 try:
@@ -250,7 +273,16 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
     (out / "report.md").write_text("\n\n---\n\n".join(reports))
     (out / "patch.diff").write_text("".join(patches))
     (out / "summary.json").write_text(json.dumps({"targets": summaries, "config": config_note}, indent=2) + "\n")
-    print(f"Report: {out / 'report.md'}")
+    if reports:
+        print(f"Report: {out / 'report.md'}")
+    else:
+        print("No report: no target was optimized (see the reasons above).")
+    if config_faults:
+        for line in config_faults:
+            print(f"kernelpro: error: {line}", file=sys.stderr)
+        print("kernelpro: the configuration is at fault, not the pull request's kernel; `kernelpro check-config "
+              "--run` checks it again", file=sys.stderr)  # fmt: skip
+        return 2
     if failed:
         # The results are written, but a run whose programmer could not work is not a result: say why, non-zero.
         for line in failed:
@@ -430,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-config", help="validate a .kernelpro.yml")
     c.add_argument("path", help=".kernelpro.yml (or the folder holding it)")
     c.add_argument("--repo", help="repository root for relative paths (default: the file's folder)")
+    c.add_argument("--run", action="store_true",
+                   help="also check each target as `optimize` does before any search: its files exist, its entry "
+                        "point is defined, and the definition's reference runs on the smallest workload and returns "
+                        "the declared outputs")  # fmt: skip
     c.set_defaults(fn=cmd_check_config)
 
     e = sub.add_parser("evaluate", help="build, verify and time one Solution; append FlashInfer-Trace lines")

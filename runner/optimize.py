@@ -44,6 +44,7 @@ from .screen import REJECTED, for_trace
 from .screen import check as screen_check
 from .screen import outcome as rejected_outcome
 from .search import Scored, get_strategy
+from .smoke import is_reference_failure
 from .standby import NcuStandby
 from .target import Target
 from .tools import Analysis, ProfilingTool, registry, render, run_tools
@@ -403,6 +404,10 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     stop = "budget spent"
     if not baseline.outcome.passed:
         stop = f"the pull request's kernel fails verification ({baseline.outcome.status}); nothing to optimize"
+        if is_reference_failure(baseline.outcome.log):  # the judge failed, not the kernel it judges
+            last = ([ln for ln in baseline.outcome.log.strip().splitlines() if ln.strip()] or [""])[-1].strip()
+            stop = (f"configuration error, not the pull request's kernel: the definition's reference fails on a "
+                    f"workload ({last[:300]}); correct `reference` in .kernelpro.yml")  # fmt: skip
         return _finish(target, device, baseline, evaluated, None, (), base_branch, stop, t0, resumed, out_dir,
                        head_checkout, settings, journal_torn=journal.skipped_lines, clock=clock,
                        programmer=usage(programmer))  # fmt: skip
