@@ -343,14 +343,6 @@ def reference_outputs(definition: Definition, solution: Solution, workloads: Seq
     return ref if isinstance(ref, str) else list(ref.trials[0][0])
 
 
-def reference_outputs(definition: Definition, solution: Solution, workloads: Sequence[Workload], tolerance: Tolerance,
-                      settings: EvalSettings) -> list[Any] | str:  # fmt: skip
-    """The reference's outputs of the first trial of the first workload, or why the reference failed
-    (runner/smoke.py checks the configuration with them before any search)."""
-    ref = _reference_for(_request(definition, solution, workloads, tolerance, settings), settings)
-    return ref if isinstance(ref, str) else list(ref.trials[0][0])
-
-
 class _Verdict(Exception):
     """A workload's failure, found while judging the candidate's outputs."""
 
