@@ -699,7 +699,7 @@ def _target(r: _Reader, v: Any, where: str, allowed: Mapping[str, Sequence[str]]
     if device not in ("cuda", "cpu"):
         raise r.fail(f"{w}.device", f"{device[:40]!r} is neither 'cuda' nor 'cpu'")
     tool_mode = o.get("tool_mode")
-    return TargetResults(
+    out = TargetResults(
         name=name,
         definition=r.name(o.get("definition", ""), f"{w}.definition"),
         kernelpro_version=r.name(o.get("kernelpro_version", "unknown"), f"{w}.kernelpro_version"),
@@ -738,6 +738,75 @@ def _target(r: _Reader, v: Any, where: str, allowed: Mapping[str, Sequence[str]]
         patch_files=(),
         confinement=r.opt_text(o.get("confinement"), f"{w}.confinement", 300),
     )
+    _consistent(r, w, out)
+    return out
+
+
+_REL = 1e-3
+"""How far two numbers that must agree may differ, relatively: the runner writes full floats,
+so this is rounding, not measurement noise."""
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= _REL * max(abs(a), abs(b)) + 1e-12
+
+
+def _ordered(*xs: float | None) -> bool:
+    """Whether the given values (None skipped) are ascending, within rounding."""
+    vals = [x for x in xs if x is not None]
+    return all(a <= b * (1 + 1e-6) + 1e-12 for a, b in zip(vals, vals[1:], strict=False))
+
+
+def _consistent(r: _Reader, w: str, t: TargetResults) -> None:
+    """The numbers publish shows must agree with each other the way the runner computes them
+    (runner/optimize.py's gate): an artifact that says 3.5x over a 1.1x measurement is refused."""
+    win = t.winner
+    if win is not None:
+        where = f"{w}.winner"
+        if not win.workloads:
+            raise r.fail(f"{where}.workloads", "a verified winner without the gate's per-workload timings")
+        uuids = {x.uuid for x in win.workloads}
+        if len(uuids) != len(win.workloads):
+            raise r.fail(f"{where}.workloads", "a workload appears twice")
+        for i, x in enumerate(win.workloads):
+            at = f"{where}.workloads[{i}]"
+            if x.baseline_ms <= 0 or x.candidate_ms <= 0:
+                raise r.fail(at, "a time of 0 ms cannot have been measured")
+            if not _close(x.speedup, x.baseline_ms / x.candidate_ms):
+                raise r.fail(f"{at}.speedup", f"{x.speedup:.6g} is not baseline_ms / candidate_ms "
+                             f"({x.baseline_ms:.6g} / {x.candidate_ms:.6g} = {x.baseline_ms / x.candidate_ms:.6g})")
+            for side, lo, mid, hi in (("baseline", x.baseline_p10_ms, x.baseline_ms, x.baseline_p90_ms),
+                                      ("candidate", x.candidate_p10_ms, x.candidate_ms, x.candidate_p90_ms),
+                                      ("speedup", x.speedup_low, x.speedup, x.speedup_high),
+                                      ("energy_ratio", x.energy_ratio_low, x.energy_ratio, x.energy_ratio_high)):
+                if mid is not None and not _ordered(lo, mid, hi):
+                    raise r.fail(at, f"the {side} range {lo}..{hi} does not contain its median {mid}")
+            if x.speedup < win.gamma * (1 - _REL):
+                raise r.fail(f"{at}.speedup", f"{x.speedup:.4g} is below the gate's gamma {win.gamma:g}, "
+                             "so this winner did not pass the gate on this workload")
+        geo = math.exp(sum(math.log(x.speedup) for x in win.workloads) / len(win.workloads))
+        if not _close(win.speedup, geo):
+            raise r.fail(f"{where}.speedup", f"{win.speedup:.6g} is not the geometric mean of the "
+                         f"per-workload speedups ({geo:.6g})")
+        for g in t.gates:
+            if g.passed and g.solution == win.solution and not _close(g.speedup, win.speedup):
+                raise r.fail(f"{w}.gates", f"the gate measured {g.speedup:.6g} for {g.solution!r}, "
+                             f"the winner says {win.speedup:.6g}")
+        for c in win.correctness:
+            if c.uuid not in uuids:
+                raise r.fail(f"{where}.correctness", f"workload {c.uuid!r} is not one of the gate's workloads")
+        floors = {x.uuid: x.floor_ms for x in (t.stage1.workloads if t.stage1 else ()) if x.floor_ms}
+        for x in win.workloads:
+            floor = floors.get(x.uuid)
+            if floor is not None and x.candidate_ms < 0.9 * floor:
+                raise r.fail(f"{where}.workloads", f"{x.candidate_ms:.6g} ms on {x.uuid!r} is faster than the "
+                             f"roofline floor {floor:.6g} ms allows, which the gate refuses")
+    bb = t.base_branch
+    if bb is not None and bb.speedup_vs_head is not None and not _ordered(bb.low, bb.speedup_vs_head, bb.high):
+        raise r.fail(f"{w}.base_branch", f"the range {bb.low}..{bb.high} does not contain {bb.speedup_vs_head}")
+    for a, b in zip(t.curve, t.curve[1:], strict=False):
+        if b.evaluation <= a.evaluation or b.best_speedup < a.best_speedup * (1 - _REL):
+            raise r.fail(f"{w}.curve", "the best speedup so far must never fall, by evaluation in order")
 
 
 # --------------------------------------------------------------------------- files

@@ -37,6 +37,7 @@ __all__ = [
     "DROP_ORDER",
     "code_block",
     "md",
+    "model_label",
     "render_body",
     "render_job_summary",
     "render_no_pr_comment",
@@ -57,6 +58,8 @@ _DROP_LABELS = {
 MAX_CHART_POINTS = 60
 """The chart samples the curve down to this many points."""
 NOT_MEASURED = "not measured in this version"
+MODEL_WRITTEN = "Code written by a model, verified by measurement: review it as code."
+"""The first line of everything the bot says about a patch it could not recompute itself."""
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 _MD_SPECIAL = re.compile(r"([\\*_\[\]|~#!()])")
@@ -106,6 +109,15 @@ def code_block(text: str, lang: str = "") -> str:
     if not body.endswith("\n"):
         body += "\n"
     return f"{fence}{lang}\n{body}{fence}"
+
+
+def model_label(names: Sequence[str]) -> str:
+    """One line for the top of a PR body, comment or summary whose patch of ``names`` (target names)
+    a model wrote: kernelpro measured it faster and correct, and checked nothing else about it."""
+    kernels = ", ".join(f"`{n}`" if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", n) else "a kernel" for n in names[:20])
+    return (f"**{MODEL_WRITTEN}** The patch of {kernels} was written by a language model, not derived from "
+            "launch parameters; kernelpro measured it faster and correct on the workloads below and checked "
+            "nothing else about what the code does.")
 
 
 def _safe_url(url: str | None) -> str | None:
@@ -445,8 +457,11 @@ def _env() -> jinja2.Environment:
 
 
 def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str | None,
-                kernelpro_version: str, programmer: str, model: str | None) -> str:  # fmt: skip
-    """The follow-up PR's body, always within :data:`BODY_LIMIT` characters (see the module doc)."""
+                kernelpro_version: str, programmer: str, model: str | None,
+                model_written: Sequence[str] = ()) -> str:  # fmt: skip
+    """The follow-up PR's body, always within :data:`BODY_LIMIT` characters (see the module doc).
+    ``model_written``: targets whose patch a model wrote (publish could not derive it), named in
+    the first line by :func:`model_label`."""
     # Only a hex SHA goes into the text (and the reproduction command); anything else is a bug upstream.
     head = head_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", head_sha) else "unknown"
     url = _safe_url(run_url)
@@ -464,6 +479,7 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
         "cpu": [_name(t) for t in results.targets if not t.gpu_timings],
         "kernels": [_kernel(t, head) for t in results.targets],
         "not_measured": NOT_MEASURED,
+        "model_label": model_label(model_written) if model_written else None,
     }
     template = _env().get_template("pr_body.md.j2")
     dropped: list[str] = []
@@ -524,9 +540,11 @@ def render_no_pr_comment(results: Results, *, run_url: str | None = None) -> str
     return _fit("\n".join(lines) + "\n")
 
 
-def render_job_summary(results: Results) -> str:
-    """A short Markdown table for ``GITHUB_STEP_SUMMARY``."""
-    lines = ["## kernelpro", ""]
+def render_job_summary(results: Results, model_written: Sequence[str] = ()) -> str:
+    """A short Markdown table for ``GITHUB_STEP_SUMMARY`` (the publish check's page); its first line
+    is :func:`model_label` when a model wrote a published patch."""
+    lines = [model_label(model_written), ""] if model_written else []
+    lines += ["## kernelpro", ""]
     if any(not t.gpu_timings for t in results.targets):
         lines += [
             "> **These timings are not GPU timings** (no GPU: Triton's interpreter on the CPU).",

@@ -15,7 +15,15 @@ What :func:`publish` does, in order (every step is safe to repeat):
    no branch and no PR: the sticky comment carries the verified patch (in a ``diff`` block the
    author can ``git apply``) and the report; the author pushes it to their branch if they want it.
 3. Re-check every target's patch with :func:`~kernelpro.bot.artifact.check_patch` against the
-   trusted allowed files (defense in depth), then in the GitPython working copy ``checkout``:
+   trusted allowed files (defense in depth), then **recompute it**: the winner's setting
+   (``params``, ``<file>::<knob>`` -> value) applied to the PR head's files, read from git, with
+   the tuner's own code (:mod:`kernelpro.setting`), gives the patch a tuner run must have made. A
+   patch that differs is refused when the trusted configuration says the tuner wrote the
+   candidates (``programmer`` is not ``llm``); with ``llm`` it is a **model-written** patch: the
+   PR body, the fork comment, the job summary and the reason say so in their first line
+   (:func:`~kernelpro.bot.body.model_label`) and the follow-up PR is opened as a draft (an open
+   non-draft one is closed and replaced by a draft). The fork case (step 2) comes after this.
+   Then in the GitPython working copy ``checkout``:
    fetch the PR head commit from ``push_url``; look at the remote branch ``kernelpro/pr-<N>``: if
    its tip was not authored by the bot (``bot_email``), a human has pushed to it and the bot stops
    touching it (action ``skipped``); otherwise apply the patches with ``git apply --index`` on a
@@ -58,9 +66,18 @@ from github.PullRequest import PullRequest
 from github.Repository import Repository
 
 from kernelpro import __version__
+from kernelpro.setting import KnobError, apply_setting, split_setting, unified_diff
 
-from .artifact import ArtifactError, Results, check_patch
-from .body import BODY_LIMIT, code_block, md, render_body, render_job_summary, render_no_pr_comment
+from .artifact import ArtifactError, Results, TargetResults, check_patch
+from .body import (
+    BODY_LIMIT,
+    code_block,
+    md,
+    model_label,
+    render_body,
+    render_job_summary,
+    render_no_pr_comment,
+)
 from .comment import StickyComment
 
 __all__ = ["BRANCH_PREFIX", "PublishError", "Published", "branch_for", "publish", "title_for"]
@@ -94,6 +111,8 @@ class Published:
     """For ``comment-only``: the Markdown for the sticky comment (posted when a sticky was given)."""
     commit: str | None = None
     """The commit pushed to the branch, when one was."""
+    model_written: tuple[str, ...] = ()
+    """Targets whose patch a model wrote (publish could not recompute it); labelled, draft PR."""
 
 
 def branch_for(pr_number: int) -> str:
@@ -183,11 +202,51 @@ def _has_commit(g: _Git, sha: str) -> bool:
     return True
 
 
+def _head_text(g: _Git, sha: str, path: str) -> str:
+    """A regular file of commit ``sha`` as text, from git objects (never the work tree)."""
+    try:
+        blob = g.repo.commit(sha).tree[path]
+    except (KeyError, ValueError, git.BadName) as exc:
+        raise KnobError(f"{path} is not a file of the PR head {sha[:12]}") from exc
+    if blob.type != "blob" or blob.mode not in (0o100644, 0o100755):
+        raise KnobError(f"{path} is not a regular file in the PR head {sha[:12]}")
+    data: bytes = blob.data_stream.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KnobError(f"{path} in the PR head is not UTF-8 text") from exc
+
+
+Launch = tuple[str | None, tuple[str, ...] | None]
+"""A CUDA target's kernel name and block expressions (from the trusted configuration)."""
+
+
+def recompute(g: _Git, head_sha: str, t: TargetResults, files: Sequence[str],
+              launch: Launch = (None, None)) -> tuple[str | None, str]:  # fmt: skip
+    """The patch the winner of ``t`` must be if the tuner made it: its setting applied to the PR
+    head's ``files`` (read from git) with the tuner's code, as ``kernelpro optimize`` writes it.
+    Returns (patch, "") or (None, why it cannot be derived)."""
+    assert t.winner is not None
+    try:
+        setting = split_setting(t.winner.params, files)
+        if not setting:
+            return None, "the winner records no tuner parameters"
+        texts = {p: _head_text(g, head_sha, p) for p in setting}
+        new = {p: apply_setting(p, texts[p], v, *launch, lineage=True) for p, v in setting.items()}
+    except KnobError as exc:
+        return None, md(str(exc), 300)
+    changed = {p for p in setting if new[p] != texts[p]}
+    if changed != set(t.patch_files):
+        return None, (f"the winner's parameters change {', '.join(sorted(md(p, 100) for p in changed)) or 'nothing'}, "
+                      f"the patch changes {', '.join(md(p, 100) for p in t.patch_files)}")  # fmt: skip
+    return "".join(unified_diff(p, texts[p], new[p]) for p in t.patch_files), ""
+
+
 # --------------------------------------------------------------------------- comments
 
 
-def _fork_comment(results: Results, body: str, patch: str, pr_number: int) -> str:
-    intro = (
+def _fork_comment(results: Results, body: str, patch: str, pr_number: int, label: str = "") -> str:
+    intro = (f"{label}\n\n" if label else "") + (
         "**kernelpro found a faster kernel**, but this pull request comes from a fork, which the "
         "bot cannot push to, so there is no follow-up pull request. To take the optimization, "
         "apply the verified patch below to your branch (`git apply kernelpro.diff`) and push."
@@ -196,12 +255,13 @@ def _fork_comment(results: Results, body: str, patch: str, pr_number: int) -> st
         f"<details><summary>The patch (against the head of #{int(pr_number)})</summary>\n\n"
         f"{code_block(patch, 'diff')}\n\n</details>"
     )
-    for report in (body, render_job_summary(results)):
+    summary = render_job_summary(results)
+    for report in (body, summary):
         text = f"{intro}\n\n{block}\n\n{report}"
         if len(text) <= _BUDGET:
             return text
     note = "*(The patch is too long for a comment: it is `patch.diff` in the results artifact.)*"
-    text = f"{intro}\n\n{note}\n\n{render_job_summary(results)}"
+    text = f"{intro}\n\n{note}\n\n{summary}"
     return text if len(text) <= _BUDGET else text[:_BUDGET]
 
 
@@ -241,16 +301,26 @@ def head_marker(sha: str) -> str:
 
 
 def _open_or_update(
-    repo: Repository, *, branch: str, base: str, title: str, body: str
+    repo: Repository, *, branch: str, base: str, title: str, body: str, draft: bool = False
 ) -> tuple[PullRequest, Action]:
     try:
         existing = _pr_from(repo, branch, "open")
     except GithubException as exc:
         raise _gh_error(f"looking for an open pull request from {branch}", exc) from exc
+    if existing is not None and draft and not existing.draft:
+        # A model-written patch is only ever offered as a draft; the REST API cannot turn an open
+        # pull request into one, so the ready one is closed and a draft replaces it.
+        try:
+            existing.edit(state="closed")
+        except GithubException as exc:
+            raise _gh_error(f"closing #{existing.number} to replace it with a draft", exc) from exc
+        body += f"\nReplaces #{existing.number}, which was not a draft.\n"
+        existing = None
     if existing is None:
         try:
             created = repo.create_pull(
-                base=base, head=branch, title=title, body=body, maintainer_can_modify=False
+                base=base, head=branch, title=title, body=body, maintainer_can_modify=False,
+                draft=draft,
             )
             return created, "created"
         except GithubException as exc:
@@ -286,6 +356,7 @@ def publish(
     pr_head_sha: str,
     is_fork: bool,
     allowed_files: Mapping[str, Sequence[str]] | None = None,
+    launches: Mapping[str, Launch] | None = None,
     sticky: StickyComment | None = None,
     run_url: str | None = None,
     kernelpro_version: str = __version__,
@@ -298,6 +369,10 @@ def publish(
     ``allowed_files``: target name -> kernel files from the trusted base-branch configuration;
     every patch is re-checked against it (without it, against the files the loader recorded).
     ``sticky``: when given, comment-only outcomes are posted to it (forced update).
+    ``launches``: target name -> its raw CUDA kernel and block (trusted configuration), for
+    recomputing CUDA tuner patches. ``programmer``: who wrote the candidates, from the trusted
+    workflow configuration (never the artifact): anything but ``llm`` means every winner's patch
+    must be the one its parameters give, and any other is refused.
     ``base_branch_of_pr`` is the branch the PR targets, named in the commit message.
     ``retry``: the run comes from ``/kernelpro retry`` (a writer's explicit request), which
     publishes again after a declined (closed unmerged) follow-up PR.
@@ -327,21 +402,49 @@ def publish(
         patches.append((t.name, t.patch))
         allowed_all.update(files)
 
+    # Recompute: the optimize job ran the PR's code, so its patch is only what it says it is if
+    # publish can derive it from the head's text (git) and the winner's parameters.
+    g = _Git(Path(checkout), push_url)
+    if not _has_commit(g, pr_head_sha) and not is_fork:
+        _fetch(g, f"refs/heads/{pr_head_branch}", f"refs/kernelpro/head/{n}")
+    if not _has_commit(g, pr_head_sha):
+        raise PublishError(
+            f"the PR head {pr_head_sha} is no longer on {pr_head_branch} (a new push?); "
+            "label the pull request again or comment /kernelpro retry"
+        )
+    model_written: list[str] = []
+    for t in results.winners:
+        mine = list(allowed_files.get(t.name) or ()) if allowed_files is not None else list(t.patch_files)
+        derived, why = recompute(g, pr_head_sha, t, mine, (launches or {}).get(t.name, (None, None)))
+        if derived is not None and derived == t.patch:
+            continue
+        if programmer != "llm":
+            raise ArtifactError(
+                f"{t.name}/patch.diff",
+                f"is not the patch the winner's parameters give on the PR head {pr_head_sha[:12]} "
+                f"({why or 'the patch differs from the one publish derived'}); the candidates of this "
+                "run were written by the tuner, whose patches publish recomputes and must match exactly",
+            )
+        model_written.append(t.name)
+    label = model_label(model_written) if model_written else ""
+
     body = render_body(results, pr_number=n, head_sha=pr_head_sha, run_url=run_url,
                        kernelpro_version=kernelpro_version, programmer=programmer,
-                       model=model)  # fmt: skip
+                       model=model, model_written=model_written)  # fmt: skip
     title = title_for(results, n)
 
     if is_fork:
-        text = _fork_comment(results, body, results.patch, n)
+        text = _fork_comment(results, body.replace(f"{label}\n\n", "", 1) if label else body,
+                             results.patch, n, label)
         _post(sticky, text)
         return Published(
             None,
             None,
             "comment-only",
-            "the pull request comes from a fork, which the bot cannot push to; "
-            "the patch is in the comment",
+            (f"{label} " if label else "") + "the pull request comes from a fork, which the bot cannot "
+            "push to; the patch is in the comment",
             text,
+            model_written=tuple(model_written),
         )
 
     # A closed follow-up PR and no open one: declined or merged (module docstring).
@@ -362,9 +465,11 @@ def publish(
                              f"({pr_head_sha[:10]}); comment `/kernelpro retry` to open a new one")  # fmt: skip
         note = (f"Supersedes #{closed.number}, which was closed without merging (GitHub cannot reopen a pull "
                 "request whose branch was force-pushed, so this is a new one).")  # fmt: skip
-    body = (f"{note}\n\n" if note else "") + body + f"\n{head_marker(pr_head_sha)}\n"
-
-    g = _Git(Path(checkout), push_url)
+    if note and label:  # the label stays the first line
+        body = body.replace(label, f"{label}\n\n{note}", 1)
+    elif note:
+        body = f"{note}\n\n{body}"
+    body += f"\n{head_marker(pr_head_sha)}\n"
 
     # The remote branch: a human's commit on it means hands off.
     tip = _remote_tip(g, branch)
@@ -379,15 +484,6 @@ def publish(
                 f"someone else pushed to {branch} (its last commit is by "
                 f"{md(author, 100)}), so the bot leaves it alone; delete the branch to let "
                 "kernelpro publish again",
-            )
-
-    # The PR head commit, fetched from the same remote when not present.
-    if not _has_commit(g, pr_head_sha):
-        _fetch(g, f"refs/heads/{pr_head_branch}", f"refs/kernelpro/head/{n}")
-        if not _has_commit(g, pr_head_sha):
-            raise PublishError(
-                f"the PR head {pr_head_sha} is no longer on {pr_head_branch} (a new push?); "
-                "label the pull request again or comment /kernelpro retry"
             )
 
     g("checkout", "--quiet", "--force", "--detach", pr_head_sha)
@@ -413,7 +509,9 @@ def publish(
 
     actor = git.Actor(bot_name, bot_email)
     message = (
-        f"{title}\n\nApplied on top of {pr_head_sha} ({pr_head_branch}, PR #{n} into "
+        f"{title}\n\n" + (f"Code written by a model ({', '.join(model_written)}), verified by measurement: "
+                           "review it as code.\n" if model_written else "")
+        + f"Applied on top of {pr_head_sha} ({pr_head_branch}, PR #{n} into "
         f"{base_branch_of_pr}).\nGenerated by kernelpro {kernelpro_version}."
     )
     commit = g.repo.index.commit(
@@ -424,7 +522,10 @@ def publish(
     g("push", "--quiet", "--no-verify", f"--force-with-lease={lease}", "--", g.url,
       f"{sha}:refs/heads/{branch}")  # fmt: skip
 
-    pr, action = _open_or_update(repo, branch=branch, base=pr_head_branch, title=title, body=body)
+    pr, action = _open_or_update(repo, branch=branch, base=pr_head_branch, title=title, body=body,
+                                 draft=bool(model_written))  # fmt: skip
     reason = "opened the follow-up pull request" if action == "created" else (
         "updated the follow-up pull request (branch force-pushed)")  # fmt: skip
-    return Published(pr.html_url, branch, action, reason, None, sha)
+    if model_written:
+        reason = f"{label} {reason} as a draft"
+    return Published(pr.html_url, branch, action, reason, None, sha, tuple(model_written))
