@@ -68,12 +68,13 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 
 
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
-          "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog"]  # fmt: skip
+          "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
+          "lazy_output", "rebind_harness", "rebind_harness_checks", "precompute"]  # fmt: skip
 
 
 def test_every_fixture_is_tested() -> None:
     on_disk = {p.stem for p in FIXTURES.glob("*.py")}
-    tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps"}
+    tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps", "truncate_outputs"}
     assert on_disk == tested
     assert len(on_disk) >= 12
 
@@ -102,6 +103,11 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         "memory_hog": "alloc",
         "odd_tensors": "could not be judged",
         "late_thread": "NaN-poisoned",
+        # issue 17: each break is refused by name, not by some other accident
+        "lazy_output": "LAZY_OUTPUT",
+        "rebind_harness": "HARNESS_TAMPERED",
+        "rebind_harness_checks": "TIMING_INCONSISTENT",  # no in-process check is left: the parent's clock
+        "precompute": "TIMING_INCONSISTENT",
     }.get(name)
     assert why is None or why in log, log[-1500:]
 
@@ -386,3 +392,60 @@ def test_the_profile_child_imports_the_candidate_before_anything_else(tmp_path: 
     broken = {**req, "solution": candidate("broken", "raise ImportError('no such package')\n").to_json()}
     child = run_child(broken, timeout_s=60, device="cpu")
     assert child.status == "OK" and child.result["build"]["status"] != "OK" and "profile" not in child.result
+
+
+_TRUNCATING = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from test_adversarial import LOADS, SWIGLU, candidate, fixture, settings
+from kernelpro.runner.evaluator import evaluate
+from kernelpro.runner.target import Tolerance
+from pathlib import Path
+source, _, dps = fixture("truncate_outputs")
+o = evaluate(SWIGLU, candidate("truncating", source, dps), LOADS, Tolerance(), settings(Path(sys.argv[2]), trials=2))
+print(json.dumps({"status": o.status, "log": o.log[-500:]}))
+"""
+
+
+def test_truncating_an_output_file_cannot_crash_the_parent(tmp_path: Path) -> None:
+    """Issue 17, break 4: the candidate truncates an output file the parent has read and may still
+    hold. A parent that memory-mapped it dies of SIGBUS on its next access (exit -7: no outcome, no
+    journal); one that read the bytes into its own memory judges the candidate as any other."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _TRUNCATING, str(Path(__file__).parent), str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, (p.returncode, p.stderr[-1500:])
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["status"] == fixture("truncate_outputs")[1], res
+
+
+def test_the_parent_reads_a_childs_file_only_as_a_capped_regular_file(tmp_path: Path) -> None:
+    """No symlink followed (to a secret, or /dev/zero), no FIFO waited on, no file larger than its
+    contents can need: each is refused with an error the judge turns into a verdict."""
+    import os
+
+    from kernelpro.runner.sandbox import read_capped
+
+    (tmp_path / "ok").write_bytes(b"x" * 100)
+    assert read_capped(tmp_path / "ok", 100) == b"x" * 100
+    with pytest.raises(OSError, match="more than"):
+        read_capped(tmp_path / "ok", 99)
+    (tmp_path / "link").symlink_to(tmp_path / "ok")
+    with pytest.raises(OSError):
+        read_capped(tmp_path / "link", 1000)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        read_capped(tmp_path / "fifo", 1000)  # opened non-blocking: no writer, no wait
+
+
+def test_a_garbage_output_file_is_a_verdict_never_a_crash(tmp_path: Path) -> None:
+    """What the judge raises on a file the candidate wrote becomes that candidate's status."""
+    from kernelpro.runner.evaluator import _OutputJudge, _Verdict
+
+    judge = _OutputJudge.__new__(_OutputJudge)
+    judge.cap, judge.named = 1 << 20, [("out", None)]
+    (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(_Verdict, match="unreadable outputs"):
+        judge._judge(tmp_path / "bad.pt", None, None, {"trial": 0})
