@@ -23,12 +23,15 @@ def _env() -> jinja2.Environment:
 
 
 def lineage(result: Result, key: str) -> list[str]:
-    """The strategy notes from the baseline down to a candidate, oldest first."""
+    """The strategy notes from the baseline down to a candidate, oldest first; an ancestor that failed says
+    so (a repaired candidate did not do what its broken parent's note says, a rejected one never ran)."""
     by_key = {s.candidate.key: s.candidate for s in result.evaluated}
+    status = {s.candidate.key: s.outcome.status for s in result.evaluated}
     notes: list[str] = []
     cand = by_key.get(key)
     while cand is not None and cand.parent is not None:
-        notes.append(cand.note)
+        failed = cand.key != key and status.get(cand.key, "PASSED") != "PASSED"
+        notes.append(f"{cand.note.rstrip('.')} ({status[cand.key]}, repaired)" if failed else cand.note)
         cand = by_key.get(cand.parent)
     return notes[::-1]
 

@@ -145,8 +145,11 @@ class FakeOpenAI:
     """The server. ``url`` is the base URL to hand to ``openai.OpenAI(base_url=...)``."""
 
     def __init__(self, api_key: str = API_KEY, models: Sequence[str] = (MODEL, "fake-model"),
-                 context: int | None = None, models_route: bool = True) -> None:  # fmt: skip
+                 context: int | None = None, models_route: bool = True, fallback: Reply | None = None) -> None:  # fmt: skip
         self.api_key = api_key
+        self.fallback = fallback
+        """The answer once the scripted ones are spent (a demonstration's "nothing more"); None: a 400 and a
+        failed check(), as tests want."""
         self.models = tuple(models)
         """What GET /v1/models lists."""
         self.context = context
@@ -212,6 +215,8 @@ class FakeOpenAI:
                     f"This model's maximum context length is {self.context} tokens. However, you requested "
                     f"{n_prompt + asked} tokens ({n_prompt} in the messages, {asked} in the completion). Please reduce "
                     "the length of the messages or completion.")), {}  # fmt: skip
+            if not self.replies and self.fallback is not None:
+                self.replies.append(self.fallback)
             if not self.replies:
                 self.unexpected.append(f"request #{len(self.requests)} arrived with no scripted reply left")
                 return 400, _error_body("invalid_request_error", None, "fake server: no scripted reply left"), {}

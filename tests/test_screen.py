@@ -11,7 +11,7 @@ import pytest
 from kernelpro.runner.config import load_config
 from kernelpro.runner.screen import REJECTED, check, for_trace, outcome
 from kernelpro.runner.target import Target
-from kernelpro.runner.trace import STATUSES, Solution, SourceFile
+from kernelpro.runner.trace import STATUSES, BuildSpec, Solution, SourceFile
 
 ROOT = Path(__file__).resolve().parents[1]
 EMPTY = "    out = torch.empty_like(a)\n"
@@ -134,9 +134,7 @@ def test_kernelbench_solutions_pass_against_their_reference_baseline() -> None:
         assert check(cand, base, ref, "python") is None, p.name
 
 
-def _spec():  # type: ignore[no-untyped-def]
-    from kernelpro.runner.trace import BuildSpec
-
+def _spec() -> BuildSpec:
     return BuildSpec("python", ("cuda",), "solution.py::ModelNew", destination_passing_style=False)
 
 

@@ -381,7 +381,7 @@ def _si(x: float | None, unit: str) -> str:
     return f"{x:.3g} {unit}"
 
 
-def _stage1_rows(stage1: Any) -> list[dict[str, str]]:
+def _stage1_rows(stage1: Any) -> list[dict[str, Any]]:
     if stage1 is None or not any(b.floor_ms for b in stage1.workloads):
         return []
     return [{"axes": dict(b.axes), "bytes": _si(b.bytes, "B"), "flops": _si(b.flops, "FLOP"),
@@ -762,12 +762,12 @@ class LLMProgrammer:
         try:
             models = list(self.client.models.list().data)
         except openai.APIStatusError as e:
-            fatal = self._fatal(e)
-            if fatal is not None:
-                raise fatal from e
             if e.status_code in (404, 405, 501):  # no /models route (some gateways): ask the model itself
                 self._ping()
                 return
+            fatal = self._fatal(e)
+            if fatal is not None:
+                raise fatal from e
             raise PluginError(f"the LLM endpoint {self.where} answered {e.status_code} to GET /models ({e.message}). "
                               f"Fix: {self._fix(e)}") from e  # fmt: skip
         except openai.APIError as e:
@@ -962,7 +962,7 @@ class LLMProgrammer:
         return self._create(conversation, max_tokens)
 
     def _fatal(self, e: openai.APIStatusError) -> PluginError | None:
-        where = str(self.client.base_url)
+        where = self.where
         if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
             return PluginError(
                 f"the LLM endpoint {where} rejected the API key ({e.status_code}: {e.message}). Fix: set "
