@@ -35,6 +35,7 @@ import glob
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -171,8 +172,13 @@ def _installation() -> list[str]:
 
 
 def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence[str | os.PathLike[str]] = ()) -> Policy:
-    """The policy of a candidate whose own directories are ``writable``."""
+    """The policy of a candidate whose own directories are ``writable`` (made here if missing: the
+    candidate could not make them itself)."""
     import kernelpro.runner  # noqa: F401 - its folder must be readable for the harness
+
+    for w in writable:
+        if w:
+            os.makedirs(w, exist_ok=True)
 
     devices = [d for pat in _DEVICES for d in glob.glob(pat)]
     return Policy(tuple(_existing([*SYSTEM_READABLE, *_installation(), *readable])),
@@ -339,3 +345,22 @@ def preload() -> tuple[str, ...]:
             except Exception:  # noqa: BLE001 - an optional dependency absent: that module is never used
                 missing.append(mod.name)
     return tuple(missing)
+
+
+def run_tool(argv: Sequence[str], read: Sequence[str | os.PathLike[str]], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """A binary tool (cuobjdump, nvdisasm, nm) on files a candidate made: confined like the candidate
+    (it reads ``read`` and the system, writes only a scratch folder that is its TMPDIR and HOME),
+    with the scrubbed environment: a crafted binary that takes the tool over gains nothing. Unconfined
+    only where Landlock is missing (the operator opted in, or no candidate could have run)."""
+    import shutil
+    import tempfile
+
+    from .sandbox import scrubbed_env
+
+    if shutil.which(argv[0]) is None:  # as subprocess would say it, not as the supervisor's exit code
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+    with tempfile.TemporaryDirectory(prefix="kernelpro-tool-") as scratch:
+        env = scrubbed_env({"TMPDIR": scratch, "HOME": scratch})
+        cmd = command(argv, policy([scratch], read)) if landlock_abi() else list(argv)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=scratch,
+                              stdin=subprocess.DEVNULL)  # fmt: skip

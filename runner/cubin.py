@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import confinement
 from .toolkit import find_tool, first_visible_gpu
 
 __all__ = [
@@ -244,8 +245,11 @@ def _compile(sources: Mapping[str, str], entry: str, entry_dir: Path, arch: str,
         number = arch.removeprefix("sm_")
         cmd = [tool, "-cubin", f"-gencode=arch=compute_{number},code=sm_{number}", *flags,
                "-I", str((src / PurePosixPath(entry)).parent), "-I", str(src), "-o", str(out), str(src / entry)]  # fmt: skip
+        # The source is a candidate's: nvcc reads the system and the toolkit, writes only its folder (an
+        # #include of a secret file, or of /proc/self/environ, finds nothing to print).
+        run = confinement.command(cmd, confinement.policy([work])) if confinement.landlock_abi() else cmd
         try:
-            p = subprocess.run(cmd, cwd=src, env=_env(work), capture_output=True, text=True, timeout=timeout_s,
+            p = subprocess.run(run, cwd=src, env=_env(work), capture_output=True, text=True, timeout=timeout_s,
                                stdin=subprocess.DEVNULL)  # fmt: skip
         except subprocess.TimeoutExpired:
             # Not cached: a loaded machine may finish it next time.

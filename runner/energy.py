@@ -615,6 +615,7 @@ class ChildRunner:
     """
 
     def __init__(self, requests: Mapping[str, Mapping[str, Any]], timeout_s: float = 300.0) -> None:
+        from . import confinement
         from .sandbox import child_variables, scrubbed_env
 
         self._procs: dict[str, subprocess.Popen[str]] = {}
@@ -632,7 +633,10 @@ class ChildRunner:
                 extra = child_variables(work, req["device"], Path(cache) if cache else None)
                 # stderr to a file: a chatty candidate must not fill a pipe and block.
                 with (work / "stderr.txt").open("w") as err:
-                    p = subprocess.Popen([sys.executable, "-c", _CHILD, str(work / "request.json")], cwd=work,
+                    argv = [sys.executable, "-c", _CHILD, str(work / "request.json")]
+                    if confinement.landlock_abi():  # an arm runs a candidate: confined like any other run of it
+                        argv = confinement.command(argv, confinement.policy([work, cache]))
+                    p = subprocess.Popen(argv, cwd=work,
                                          env=scrubbed_env(extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=err, text=True, start_new_session=True)  # fmt: skip
                 self._procs[arm] = p

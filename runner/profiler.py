@@ -105,7 +105,8 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                 out.unlink(missing_ok=True)
                 # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
                 child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache,
-                                  wrapper=raw_csv_wrapper(ncu, str(out)), privileged=True, isolate=isolate)  # fmt: skip
+                                  wrapper=raw_csv_wrapper(ncu, str(out)), privileged=True, isolate=isolate,
+                                  writable=[Path(tmp)])  # fmt: skip
                 seconds = child.seconds
             _child_stages(stages, "ncu", seconds, child.result)
             text = out.read_text(errors="replace") if out.is_file() else ""

@@ -87,7 +87,7 @@ class NcuStandby:
         # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
         self._result = run_child(request, timeout_s=self._limits[0], device="cuda", cache_dir=self.cache,
                                  wrapper=wrapper, privileged=True, isolate=self.isolate, during=self._beat,
-                                 deadline=self._deadline)  # fmt: skip
+                                 deadline=self._deadline, writable=[self.dir])  # fmt: skip
 
     def _deadline(self) -> float:
         timeout_s, wait_s = self._limits

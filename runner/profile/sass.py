@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from kernelpro.runner import confinement
 from kernelpro.runner.profile import SassStats
 
 __all__ = [
@@ -103,12 +104,8 @@ def disassemble(path: Path, cuobjdump: str | None = None, *, timeout_s: float = 
     if not path.is_file():
         raise SassError(f"cannot disassemble {path}: no such file")
     try:
-        p = subprocess.run(
-            [tool, "--dump-sass", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        # Confined: the cubin comes from a candidate's cache, and cuobjdump parses it.
+        p = confinement.run_tool([tool, "--dump-sass", str(path)], [path.parent], timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SassError(f"{tool} --dump-sass {path} failed: {e}") from e
     if "does not contain device code" in p.stderr:
@@ -229,7 +226,7 @@ def uses_cublas(path: Path) -> bool:
         if f.read(4) != b"\x7fELF":
             return False
     try:
-        p = subprocess.run([nm, "-D", str(path)], capture_output=True, text=True, timeout=60)
+        p = confinement.run_tool([nm, "-D", str(path)], [path.parent], 60)  # a candidate's build: confined
     except (OSError, subprocess.TimeoutExpired):
         return False
     if p.returncode != 0:
