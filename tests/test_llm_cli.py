@@ -6,9 +6,12 @@ work, and gives the exact command that reproduces the run."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_openai import API_KEY, FakeOpenAI, error
@@ -30,15 +33,19 @@ def _llm_env(monkeypatch: pytest.MonkeyPatch, url: str, model: str = "fake-model
     monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
 
 
-def test_the_demonstration_refuses_the_hacks_and_repairs_with_the_reason(tmp_path: Path) -> None:
-    """benchmarks/llm_demo.py (the H200 demonstration) on the CPU: a torch-call answer, an os.environ
-    answer and a compile error, then a correct rewrite as the repair of the rejected torch call."""
+def _demo() -> Any:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import llm_demo
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    r = llm_demo.run(tmp_path / "demo")
+    return llm_demo
+
+
+def test_the_demonstration_refuses_the_hacks_and_repairs_with_the_reason(tmp_path: Path) -> None:
+    """benchmarks/llm_demo.py (the H200 demonstration) on the CPU: a torch-call answer, an os.environ
+    answer and a compile error, then a correct rewrite as the repair of the rejected torch call."""
+    r = _demo().run(tmp_path / "demo")
     assert r["rc"] == 0 and r["unexpected"] == [] and not r["api_key_in_prompts"]
     out = tmp_path / "demo" / "results" / "swiglu"
     result = json.loads((out / "result.json").read_text())
@@ -136,3 +143,28 @@ def test_a_run_where_every_request_failed_exits_non_zero_with_cause_and_fix(
     assert result["stop_reason"].startswith("every request to the LLM endpoint failed")
     report = (tmp_path / "out" / "swiglu" / "report.md").read_text()
     assert "**Every request failed:**" in report and "offered no profiling tool in" in report
+
+
+@pytest.mark.gpu
+def test_the_demonstration_on_the_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same demonstration on the H200: real compiles, timings, Stage 1 and profiles in the prompts.
+    KERNELPRO_ARTIFACTS receives the report and the PR body to quote."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
+    r = _demo().run(tmp_path / "demo")
+    print(r["report"], "\n\n=== PR body ===\n\n", r["pr_body"])
+    if dest := os.environ.get("KERNELPRO_ARTIFACTS"):
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "demo" / "results" / "swiglu" / "report.md", Path(dest) / "llm-demo-report.md")
+        shutil.copy(tmp_path / "demo" / "pr_body.md", Path(dest) / "llm-demo-pr-body.md")
+    assert r["rc"] == 0 and r["unexpected"] == []
+    result = json.loads((tmp_path / "demo" / "results" / "swiglu" / "result.json").read_text())
+    assert result["device"] == "cuda" and result["statuses"].get("REJECTED_STATIC") == 2
+    assert result["statuses"].get("COMPILE_ERROR") == 1
+    assert result["winner"] is not None and result["winner"]["note"].startswith("Keep the Triton kernel")
+    first = r["prompts"][0]  # type: ignore[index]
+    assert "## Stage 1: roofline of the pull request's kernel" in first and "Measured ceilings" in first
+    assert "## Automated Bottleneck Analysis" in first and "wgmma" not in first
+    assert result["command"].startswith("KERNELPRO_DEVICE=cuda ")
