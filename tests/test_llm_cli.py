@@ -61,7 +61,7 @@ def test_the_demonstration_refuses_the_hacks_and_repairs_with_the_reason(tmp_pat
     assert "-    BLOCK_SIZE = 64" in patch and "@triton.jit" not in patch and "silu" not in patch
     # the repair loop got the static check's reason
     prompts = r["prompts"]
-    assert "was rejected without being run" in prompts[2] and "torch.nn.functional.silu" in prompts[2]  # type: ignore[index]
+    assert "was rejected without being run" in prompts[2] and "torch.nn.functional.silu" in prompts[2]
     # rejected candidates never ran: journaled as such, and in the trace as the schema allows
     journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     assert [e["outcome"]["status"] for e in journal].count("REJECTED_STATIC") == 2
@@ -73,7 +73,7 @@ def test_the_demonstration_refuses_the_hacks_and_repairs_with_the_reason(tmp_pat
     report = str(r["report"])
     p = result["programmer"]
     assert p["name"] == "llm" and p["model"] == "demo-model" and p["host"].startswith("127.0.0.1:")
-    assert p["requests"] == len(prompts) and p["answered"] == p["requests"] and p["errors"] == 0  # type: ignore[arg-type]
+    assert p["requests"] == len(prompts) and p["answered"] == p["requests"] and p["errors"] == 0
     assert p["tokens_in"] > 0 and p["tokens_out"] > 0
     assert f"| programmer | llm: model `demo-model` at {p['host']}; {p['requests']} requests ({p['requests']} answered, " \
            "0 failed), 0 retries" in report
@@ -164,7 +164,7 @@ def test_the_demonstration_on_the_gpu(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result["device"] == "cuda" and result["statuses"].get("REJECTED_STATIC") == 2
     assert result["statuses"].get("COMPILE_ERROR") == 1
     assert result["winner"] is not None and result["winner"]["note"].startswith("Keep the Triton kernel")
-    first = r["prompts"][0]  # type: ignore[index]
+    first = r["prompts"][0]
     assert "## Stage 1: roofline of the pull request's kernel" in first and "Measured ceilings" in first
     assert "## Automated Bottleneck Analysis" in first and "wgmma" not in first
     assert result["command"].startswith("KERNELPRO_DEVICE=cuda ")
