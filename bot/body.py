@@ -516,7 +516,7 @@ def render_no_pr_comment(results: Results, *, run_url: str | None = None) -> str
                          "reason": "see the follow-up pull request"})  # fmt: skip
             continue
         reason = md(t.stop_reason, 300)
-        if t.baseline_status != "PASSED":
+        if t.baseline_status not in ("PASSED", "CONFIG_ERROR"):  # CONFIG_ERROR: its reason blames the configuration
             reason = f"the PR's kernel fails verification ({md(t.baseline_status, 40)}): {reason}"
         failed = [f"{md(g.solution, 60)} ({md(g.reason, 120)})" for g in t.gates if not g.passed][
             :3

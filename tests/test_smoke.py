@@ -166,7 +166,9 @@ def test_optimize_exits_2_and_blames_the_configuration(tmp_path: Path, capsys: p
     from kernelpro.bot.body import render_no_pr_comment
 
     results = load_results(out, allowed_files={"scale": ["ops/k.py"]})
-    assert "configuration error in .kernelpro.yml, not the pull request" in render_no_pr_comment(results)
+    comment = render_no_pr_comment(results)
+    assert "configuration error in .kernelpro.yml, not the pull request" in comment
+    assert "fails verification" not in comment
 
 
 def test_an_empty_report_is_not_announced(tmp_path: Path, capsys: pytest.CaptureFixture[str],
