@@ -142,3 +142,51 @@ def test_the_outcome_is_a_value_and_its_trace_line_fits_the_schema(demo: tuple[T
     o = outcome(demo[1], "it calls torch.nn.functional.silu")
     assert o.status == REJECTED and not o.passed and o.results == () and "not run" in o.log and "silu" in o.log
     assert REJECTED not in STATUSES and for_trace(o).status in STATUSES and for_trace(o).log == o.log
+
+
+EXT = """#include <torch/extension.h>
+
+__global__ void swiglu_kernel(const float* a, const float* b, float* out, long n) {
+  long i = blockIdx.x * 256L + threadIdx.x;
+  if (i < n) out[i] = a[i] / (1.0f + __expf(-a[i])) * b[i];
+}
+
+torch::Tensor swiglu(torch::Tensor a, torch::Tensor b) {
+  auto out = torch::empty_like(a);
+  long n = a.numel();
+  swiglu_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+      a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("swiglu", &swiglu); }
+"""
+
+
+@pytest.mark.parametrize(("body", "expect"), [
+    ("  return torch::silu(a) * b;\n", "torch::silu"),
+    ("  return at::native::silu(a) * b;\n", "at::native::silu"),
+    ("  return torch::nn::functional::silu(a) * b;\n", "torch::nn::functional::silu"),
+    (None, None),  # a launch-size change only
+])  # fmt: skip
+def test_a_torch_extension_target_keeps_its_kernel(body: str | None, expect: str | None) -> None:
+    from kernelpro.runner.trace import BuildSpec
+
+    spec = BuildSpec("cuda", ("cuda",), "ext/swiglu.cu::swiglu", destination_passing_style=False, binding="torch")
+    base = Solution("b", "d", "x", spec, (SourceFile("ext/swiglu.cu", EXT),))
+    src = EXT.replace("256", "512") if body is None else EXT.replace("  auto out = torch::empty_like(a);\n", body)
+    why = check(Solution("c", "d", "x", spec, (SourceFile("ext/swiglu.cu", src),)), base,
+                "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n", "cuda")  # fmt: skip
+    assert (why is None) if expect is None else (why is not None and expect in why), why
+
+
+def test_a_baseline_that_builds_an_extension_may_keep_doing_so() -> None:
+    from kernelpro.runner.trace import BuildSpec
+
+    py = "import torch\nfrom torch.utils.cpp_extension import load_inline\n\n_m = load_inline('k', '', cuda_sources=['{}'])\n\n\ndef swiglu(a, b):\n    return _m.swiglu(a, b)\n"
+    spec = BuildSpec("cuda", ("cuda",), "k.py::swiglu", destination_passing_style=False)
+    base = Solution("b", "d", "x", spec, (SourceFile("k.py", py.format("A")),))
+    cand = Solution("c", "d", "x", spec, (SourceFile("k.py", py.format("B")),))
+    assert check(cand, base, "def run(a, b):\n    return a\n", "cuda") is None
+    fresh = Solution("b", "d", "x", spec, (SourceFile("k.py", "import torch\n\n\ndef swiglu(a, b):\n    return a\n"),))
+    assert "cpp_extension" in (check(cand, fresh, "def run(a, b):\n    return a\n", "cuda") or "")
