@@ -7,8 +7,11 @@ names) is hostile text: it is only parsed here, never executed, expanded or pass
   SHA in the event: the label approves that commit only, not commits pushed later.
 - ``issue_comment`` / ``created`` on a pull request whose body has a line starting with
   ``/kernelpro retry`` (leading blanks allowed; quoted ``>`` lines and fenced code never count)
-  -> a ``retry`` Trigger. The comment event carries no SHAs: the caller fetches the PR, and must
-  check the commenter's permission (``kernelpro.bot.permission.can_retry``) before acting.
+  -> a ``retry`` Trigger. The caller must check the commenter's permission
+  (``kernelpro.bot.permission.can_retry``) before acting. A retry approves one commit, like the
+  label: ``/kernelpro retry <sha>`` names it (the full SHA, as ``head_sha``); a bare one is bound
+  to the commit the PR's head was when the comment was made (``comment_at``), which the caller
+  establishes from the PR's timeline, and a head that moved since is not approved.
 - Comments from the bot itself or any ``[bot]`` account, and everything else -> ``None``.
 """
 
@@ -39,7 +42,8 @@ COMMAND = "/kernelpro retry"
 """The comment command that re-runs the bot."""
 MAX_BUDGET = 10_000
 """The largest ``--budget`` accepted (evaluations per kernel)."""
-USAGE = f"usage: {COMMAND} [--kernel NAME] [--budget N]  (N: an integer from 1 to {MAX_BUDGET})"
+USAGE = (f"usage: {COMMAND} [SHA] [--kernel NAME] [--budget N]  (SHA: the full 40-character commit to "
+         f"optimize, by default the head when you comment; N: an integer from 1 to {MAX_BUDGET})")
 """Shown whenever a command cannot be parsed."""
 MAX_EVENT_BYTES = 25 * 1024 * 1024
 """GitHub caps webhook payloads at 25 MB; a larger event file is refused."""
@@ -64,7 +68,8 @@ class Trigger:
     pr: int
     """The pull request number."""
     head_sha: str | None
-    """Head commit the label approved; None for comments (fetch the PR)."""
+    """Head commit the label approved, or the one ``/kernelpro retry <sha>`` names; None for a bare
+    retry (bound to the head when the comment was made: see ``comment_at``)."""
     base_sha: str | None
     """Base commit at labelling time; None for comments (fetch the PR)."""
     head_repo: str | None
@@ -79,6 +84,8 @@ class Trigger:
     """Only this kernel (``--kernel NAME``); None means every changed kernel."""
     budget: int | None = None
     """Evaluation budget per kernel (``--budget N``); None means the configured default."""
+    comment_at: str | None = None
+    """When the command comment was created (GitHub's ISO time; retry triggers only)."""
 
     @property
     def is_fork(self) -> bool | None:
@@ -157,8 +164,8 @@ def _command_lines(body: str) -> list[str]:
     return lines
 
 
-def parse_command(body: str) -> tuple[str | None, int | None] | None:
-    """``(kernel, budget)`` of the first ``/kernelpro retry`` line of ``body``, or None if none.
+def parse_command(body: str) -> tuple[str | None, int | None, str | None] | None:
+    """``(kernel, budget, sha)`` of the first ``/kernelpro retry`` line of ``body``, or None if none.
 
     Raises EventError (with the usage) for unknown arguments or a bad value.
     """
@@ -172,13 +179,22 @@ def parse_command(body: str) -> tuple[str | None, int | None] | None:
     return None
 
 
-def _parse_args(args: list[str]) -> tuple[str | None, int | None]:
+def _parse_args(args: list[str]) -> tuple[str | None, int | None, str | None]:
     kernel: str | None = None
     budget: int | None = None
+    sha: str | None = None
     seen: set[str] = set()
     i = 0
     while i < len(args):
         arg = args[i]
+        if not arg.startswith("-"):
+            if sha is not None:
+                raise EventError(f"more than one commit given; {USAGE}")
+            if not _SHA_RE.fullmatch(arg.lower()):
+                raise EventError(f"{arg[:40]!r} is not a full commit SHA (40 hexadecimal characters); {USAGE}")
+            sha = arg.lower()
+            i += 1
+            continue
         name, eq, value = arg.partition("=")
         if name not in ("--kernel", "--budget"):
             raise EventError(f"unknown argument {arg[:40]!r}; {USAGE}")
@@ -199,7 +215,7 @@ def _parse_args(args: list[str]) -> tuple[str | None, int | None]:
                 raise EventError(f"bad budget {value[:40]!r}; {USAGE}")
             budget = int(value)
         i += 1
-    return kernel, budget
+    return kernel, budget, sha
 
 
 # --------------------------------------------------------------------------- events
@@ -264,18 +280,20 @@ def _comment(payload: Mapping[str, Any], bot_login: str) -> Trigger | None:
     parsed = parse_command(body)
     if parsed is None:
         return None
-    kernel, budget = parsed
+    kernel, budget, sha = parsed
+    created = comment.get("created_at")
     return Trigger(
         kind="retry",
         repo=_str(payload, "repository.full_name"),
         pr=_int(payload, "issue.number"),
-        head_sha=None,
+        head_sha=sha,
         base_sha=None,
         head_repo=None,
         sender=_str(payload, "sender.login"),
         comment_id=_int(payload, "comment.id"),
         kernel=kernel,
         budget=budget,
+        comment_at=created if isinstance(created, str) else None,
     )
 
 

@@ -250,6 +250,59 @@ def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
     return Plan(False, (), trigger.pr, trigger.head_sha or "", trigger.base_sha or "", None, reason)
 
 
+_HEAD_EVENTS = ("committed", "head_ref_force_pushed", "head_ref_restored")
+"""Timeline events that move a pull request's head."""
+
+
+def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
+    """The commit a writer's ``/kernelpro retry`` approves, or ("", a reply saying why none and how
+    to retry). ``/kernelpro retry <sha>`` approves that commit if it is still the head. A bare
+    retry approves the head the comment was made on: the PR's timeline (GitHub's order) must show
+    the current head before the comment and no push after it, and the head's commit must not be
+    dated after the comment (a commit cannot be pushed before it was made). Anything else is a
+    head that moved after the maintainer looked, which is not approved."""
+    head, n = pr.head.sha, trigger.pr
+    again = f"Review the pull request at {head[:12]}, then comment `/kernelpro retry {head}` to optimize exactly that commit."
+    if trigger.head_sha:
+        if trigger.head_sha != head:
+            return "", (f"`/kernelpro retry {trigger.head_sha}` names a commit that is not the head of #{n} "
+                        f"(now {head[:12]}), so nothing runs. {again}")  # fmt: skip
+        return head, ""
+    before: list[str] = []
+    after: list[str] = []
+    found = False
+    for event in repo.get_issue(n).get_timeline():
+        data = event.raw_data if isinstance(event.raw_data, dict) else {}
+        kind = data.get("event")
+        if kind == "commented" and data.get("id") == trigger.comment_id:
+            found = True
+        elif kind in _HEAD_EVENTS:
+            sha = data.get("sha") or data.get("commit_id") or ""
+            (after if found else before).append(sha)
+            if kind == "committed" and sha == head:
+                committed = (data.get("committer") or {}).get("date") or ""
+                if found or _later(committed, trigger.comment_at):
+                    after.append(sha)
+    if not found:
+        return "", (f"kernelpro could not find this `/kernelpro retry` in the timeline of #{n}, so it cannot tell "
+                    f"which commit it approves and nothing runs. {again}")  # fmt: skip
+    if after or head not in before:
+        return "", (f"The head of #{n} moved after this `/kernelpro retry` (it is now {head[:12]}): commits pushed "
+                    f"after a maintainer's comment are not approved by it, so nothing runs. {again}")  # fmt: skip
+    return head, ""
+
+
+def _later(when: str, than: str | None) -> bool:
+    """Whether ISO time ``when`` is after ``than``; True when either cannot be read (fail closed)."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(when.replace("Z", "+00:00")) > datetime.fromisoformat(
+            (than or "").replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return True
+
+
 def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
     from kernelpro.bot.body import code_block, md
     from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
@@ -280,8 +333,12 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
                 None,
                 "retry refused: no write access",
             )
+        head_sha, refused = retry_commit(repo, pr, trigger)
+        if refused:
+            _react(issue_comment, "confused")
+            repo.get_issue(trigger.pr).create_comment(refused)
+            return Plan(False, (), trigger.pr, pr.head.sha, pr.base.sha, None, refused)
         _react(issue_comment, "eyes")
-        head_sha = pr.head.sha
     else:
         head_sha = trigger.head_sha or pr.head.sha
         if pr.head.sha != head_sha:
@@ -371,10 +428,32 @@ def cmd_optimize(args: Any, settings: Settings) -> int:
     out = Path(args.out)
     rc = run_optimize(Path(args.checkout), base, head, out, settings, kernel=args.target, budget=budget,
                       programmer_name=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"), search="mcts")  # fmt: skip
+    if seal_results(out, settings):
+        rc = rc or 1
     report = out / "report.md"
-    if report.exists():
-        _summary(settings, report.read_text()[:60_000])
+    if report.is_file() and not report.is_symlink():
+        _summary(settings, report.read_text(errors="replace")[:60_000])
     return rc
+
+
+def _command_text(text: str) -> str:
+    """Text for one workflow-command line: a newline in a file name cannot start a command."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def seal_results(out: Path, settings: Settings) -> bool:
+    """Before the upload: take links, special files and anything holding a secret kernelpro holds
+    out of the results folder (kernelpro.outbox), each with an error line; True if any was."""
+    from kernelpro.outbox import seal, secret_values
+
+    secrets = secret_values(os.environ, {"KERNELPRO_LLM_API_KEY": settings.llm_api_key,
+                                         "GITHUB_TOKEN": settings.github_token})  # fmt: skip
+    removed = seal(out, secrets)
+    for r in removed:
+        print(f"::error title=kernelpro::removed {_command_text(r.path[:300])} from the results before the "
+              f"upload: {r.why}. The optimize job ran the pull request's code, which can write there; "
+              "nothing it left that could leak a file or a secret is uploaded")  # fmt: skip
+    return bool(removed)
 
 
 def _results_dirs(root: Path) -> list[Path]:
@@ -410,6 +489,8 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     with checkouts(checkout, pr.base.sha, head_sha) as co:
         config = load_config(co.base / ".kernelpro.yml", co.base)
     allowed = {t.name: list(t.files) for t in config.targets}
+    # The raw CUDA launch each target's knobs are read with, so publish can recompute tuner patches.
+    launches = {t.name: (t.launch.kernel, tuple(t.launch.block)) for t in config.targets if t.launch is not None}
     parts = [load_results(d, allowed_files=allowed) for d in _results_dirs(results_root)]
     if not parts:
         raise ActionError(
@@ -428,7 +509,10 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
         published = publish(repo, pr_number=trigger.pr, results=results, checkout=checkout, push_url=push_url,
                             bot_name=settings.bot_login, bot_email="41898282+github-actions[bot]@users.noreply.github.com",
                             base_branch_of_pr=pr.base.ref, pr_head_branch=pr.head.ref, pr_head_sha=head_sha,
-                            is_fork=is_fork, allowed_files=allowed, sticky=sticky, run_url=settings.run_url or None,
+                            is_fork=is_fork, allowed_files=allowed, launches=launches, sticky=sticky,
+                            run_url=settings.run_url or None,
+                            # Who wrote the candidates, from the workflow's configuration (never the
+                            # artifact): anything but llm makes publish refuse a patch it cannot recompute.
                             programmer=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"),
                             retry=trigger.kind == "retry")  # fmt: skip
     except Exception as e:
@@ -443,7 +527,7 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
         except (GithubException, CommentError) as e2:
             print(f"::warning title=kernelpro::could not write the failure to the sticky comment: {e2}")
         raise ActionError(why) from e
-    _summary(settings, render_job_summary(results))
+    _summary(settings, render_job_summary(results, published.model_written))
     if published.action != "comment-only":  # comment-only outcomes were posted by publish()
         best = max((t.winner.speedup for t in results.winners if t.winner is not None), default=None)
         done = progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),

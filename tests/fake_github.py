@@ -344,6 +344,9 @@ class IssueState:
     created_at: str = field(default_factory=_now)
     updated_at: str = field(default_factory=_now)
     closed_at: str | None = None
+    timeline: list[tuple[str, Any]] = field(default_factory=list)
+    """In the server's order: ("commented", comment id), ("committed", (sha, git dir or None)) and
+    ("head_ref_force_pushed", (event id, sha, time)); what ``GET .../timeline`` lists."""
 
 
 @dataclass
@@ -503,6 +506,7 @@ class FakeGitHub:
             ("PATCH", "/repos/{owner}/{repo}/pulls/{pull_number}"): self._update_pull,
             ("GET", "/repos/{owner}/{repo}/issues/{issue_number}"): self._get_issue,
             ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments"): self._list_comments,
+            ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/timeline"): self._list_timeline,
             ("POST", "/repos/{owner}/{repo}/issues/{issue_number}/comments"): self._create_comment,
             ("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}"): self._get_comment,
             ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}"): self._update_comment,
@@ -697,7 +701,30 @@ class FakeGitHub:
                     p = i.pull
                     ref = f"heads/{p.head_ref}" if p else ""
                     if p and p.head_repo == r.full_name and ref in heads and i.state == "open":
+                        if p.head_sha != heads[ref]:
+                            self._head_moved(i, r.git_dir, p.head_sha, heads[ref])
                         p.head_sha = heads[ref]
+
+    def _head_moved(self, issue: IssueState, git_dir: str, old: str, new: str) -> None:
+        """A push to a pull request's head branch, as GitHub's timeline records it: the new commits
+        (a force push first records a head_ref_force_pushed event)."""
+        ancestor = subprocess.run(["git", "--git-dir", git_dir, "merge-base", "--is-ancestor", old, new],
+                                  capture_output=True).returncode == 0  # fmt: skip
+        if ancestor:
+            shas = subprocess.run(["git", "--git-dir", git_dir, "rev-list", "--reverse", f"{old}..{new}"],
+                                  check=True, capture_output=True, text=True).stdout.split()  # fmt: skip
+        else:
+            issue.timeline.append(("head_ref_force_pushed", (next(self._ids), new, _now())))
+            shas = [new]
+        issue.timeline.extend(("committed", (sha, git_dir)) for sha in shas)
+
+    def move_head(self, repo: str, number: int, sha: str) -> None:
+        """A push to pull request ``number`` of a repository without a linked git repository."""
+        with self._lock:
+            i = self._issue(repo, number)
+            assert i.pull is not None, f"#{number} is not a pull request"
+            i.pull.head_sha = sha
+            i.timeline.append(("committed", (sha, None)))
 
     def add_run(
         self,
@@ -793,6 +820,7 @@ class FakeGitHub:
             base_sha=base_sha or r.refs.get(f"heads/{base_ref}", "0" * 40),
         )
         issue = IssueState(r.next_number, title, body, user, labels=list(labels), pull=pull)
+        issue.timeline.append(("committed", (head_sha, self.repos[head_repo].git_dir)))
         for name in labels:
             r.labels.setdefault(name, "ededed")
         r.issues[issue.number] = issue
@@ -822,6 +850,7 @@ class FakeGitHub:
             c = Comment(next(self._ids), repo, number, body, user, now, now)
             self.comments[c.id] = c
             issue.comments.append(c.id)
+            issue.timeline.append(("commented", c.id))
             return c
 
     def fail_next(
@@ -1213,6 +1242,38 @@ class FakeGitHub:
         body.pop("performed_via_github_app", None)
         return body
 
+    def timeline_json(self, r: RepoState, kind: str, x: Any) -> dict[str, Any]:
+        """One item of an issue's timeline (``timeline-issue-events``)."""
+        if kind == "commented":
+            c = self.comments[x]
+            body = self.comment_json(c)
+            body.pop("reactions", None)
+            return {**body, "event": "commented", "actor": self.user_json(c.user)}
+        if kind == "head_ref_force_pushed":
+            eid, sha, when = x
+            return {"id": eid, "node_id": f"HRFPE_{eid}", "url": f"{self.base_url}/repos/{r.full_name}/issues/events/{eid}",
+                    "actor": self.user_json("octocat"), "event": kind, "commit_id": sha,
+                    "commit_url": f"{self.base_url}/repos/{r.full_name}/commits/{sha}", "created_at": when,
+                    "performed_via_github_app": None}  # fmt: skip
+        sha, git_dir = x
+        fields = ["Monalisa Octocat", "octocat@example.com", "1970-01-01T00:00:00Z"] * 2 + ["commit", "0" * 40, ""]
+        if git_dir is not None:
+            out = subprocess.run(["git", "--git-dir", git_dir, "show", "-s",
+                                  "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%s%x00%T%x00%P", sha],
+                                 capture_output=True, text=True)  # fmt: skip
+            if out.returncode == 0:
+                fields = out.stdout.rstrip("\n").split("\0")
+        an, ae, ad, cn, ce, cd, msg, tree, parents = fields
+        url = f"{self.base_url}/repos/{r.full_name}/git/commits"
+        return {"event": "committed", "sha": sha, "node_id": f"C_{sha}", "url": f"{url}/{sha}",
+                "html_url": f"https://github.com/{r.full_name}/commit/{sha}",
+                "author": {"name": an, "email": ae, "date": ad}, "committer": {"name": cn, "email": ce, "date": cd},
+                "message": msg, "tree": {"sha": tree, "url": f"{self.base_url}/repos/{r.full_name}/git/trees/{tree}"},
+                "parents": [{"sha": s, "url": f"{url}/{s}", "html_url": f"https://github.com/{r.full_name}/commit/{s}"}
+                            for s in parents.split()],
+                "verification": {"verified": False, "reason": "unsigned", "signature": None, "payload": None,
+                                 "verified_at": None}}  # fmt: skip
+
     def reaction_json(self, rid: int, login: str, content: str) -> dict[str, Any]:
         body = self.api.example("reaction")
         body.update(id=rid, node_id=f"REA_{rid}", user=self.user_json(login), content=content)
@@ -1377,6 +1438,13 @@ class FakeGitHub:
         i = self._issue(r, int(p["issue_number"]))
         items = [self.comment_json(self.comments[c]) for c in i.comments]
         chunk, headers = self._page(f"/repos/{r.full_name}/issues/{i.number}/comments", q, items)
+        return 200, chunk, headers
+
+    def _list_timeline(self, p: Mapping[str, str], q: Mapping[str, list[str]], b: Any) -> Result:
+        r = self._repo(p)
+        i = self._issue(r, int(p["issue_number"]))
+        items = [self.timeline_json(r, kind, x) for kind, x in i.timeline if kind != "commented" or x in self.comments]
+        chunk, headers = self._page(f"/repos/{r.full_name}/issues/{i.number}/timeline", q, items)
         return 200, chunk, headers
 
     def _create_comment(self, p: Mapping[str, str], q: Any, b: Mapping[str, Any]) -> Result:

@@ -104,7 +104,7 @@ def retry(w: World, login: str, body: str = "/kernelpro retry") -> dict[str, Any
         "merged_at": None,
     }
     c = w.fake.add_comment(REPO, 1, body, user=login)
-    p["comment"]["id"], p["comment"]["body"] = c.id, body
+    p["comment"]["id"], p["comment"]["body"], p["comment"]["created_at"] = c.id, body, c.created_at
     for u in (p["sender"], p["comment"]["user"]):
         u["login"], u["type"] = login, "User"
     assert validate_webhook("issue_comment", "created", p) == []

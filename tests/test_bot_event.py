@@ -118,6 +118,7 @@ def test_retry_from_real_comment_example() -> None:
         comment_id=payload["comment"]["id"],
         kernel="swiglu",
         budget=40,
+        comment_at=payload["comment"]["created_at"],
     )
     assert t.is_fork is None
 
@@ -144,7 +145,20 @@ def test_retry_from_real_comment_example() -> None:
     ],
 )
 def test_command_lines(body: str, expected: tuple[str | None, int | None] | None) -> None:
-    assert parse_command(body) == expected
+    got = parse_command(body)
+    assert (got if got is None else got[:2]) == expected
+    assert got is None or got[2] is None  # no commit named: bound to the head when commented
+
+
+def test_a_retry_names_its_commit() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    assert parse_command(f"/kernelpro retry {sha} --budget 3") == (None, 3, sha)
+    assert parse_command(f"/kernelpro retry --kernel k {sha.upper()}") == ("k", None, sha)
+    t = parse_event("issue_comment", pr_comment(f"/kernelpro retry {sha}"))
+    assert t is not None and t.kind == "retry" and t.head_sha == sha
+    for bad in ("0123456", sha[:39], sha + "0", f"{sha} {sha}", "g" * 40):
+        with pytest.raises(EventError, match=r"usage: /kernelpro retry \[SHA\]"):
+            parse_event("issue_comment", pr_comment(f"/kernelpro retry {bad}"))
 
 
 @pytest.mark.parametrize(
@@ -165,7 +179,7 @@ def test_command_lines(body: str, expected: tuple[str | None, int | None] | None
 )
 def test_bad_arguments_say_the_usage(args: str) -> None:
     with pytest.raises(
-        EventError, match=r"usage: /kernelpro retry \[--kernel NAME\] \[--budget N\]"
+        EventError, match=r"usage: /kernelpro retry \[SHA\] \[--kernel NAME\] \[--budget N\]"
     ):
         parse_event("issue_comment", pr_comment(f"/kernelpro retry {args}"))
 
