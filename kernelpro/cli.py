@@ -180,7 +180,13 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
     from kernelpro.runner.config import load_config
     from kernelpro.runner.evaluator import EvalSettings
     from kernelpro.runner.optimize import RunSettings, optimize
-    from kernelpro.runner.smoke import fault_report, fault_result, smoke
+    from kernelpro.runner.smoke import (
+        CONFIG_ERROR,
+        fault_report,
+        fault_result,
+        is_reference_failure,
+        smoke,
+    )
     from kernelpro.runner.tools import load_tool_file
     from kernelpro.workspace import checkouts
 
@@ -259,6 +265,12 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
                                   progress=progress, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
             finally:
                 progress.close()
+            if is_reference_failure(result.baseline.outcome.log):
+                # The reference failed on a workload larger than the smoke step's: the configuration's fault too.
+                data = json.loads((t_out / "result.json").read_text())
+                data["baseline"]["status"] = CONFIG_ERROR
+                (t_out / "result.json").write_text(json.dumps(data, indent=2) + "\n")
+                config_faults.append(f"{target.name}: {result.stop_reason}")
             reports.append((t_out / "report.md").read_text())
             patches.append((t_out / "patch.diff").read_text())
             summaries.append(json.loads((t_out / "result.json").read_text()))

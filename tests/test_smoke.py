@@ -171,6 +171,21 @@ def test_optimize_exits_2_and_blames_the_configuration(tmp_path: Path, capsys: p
     assert "fails verification" not in comment
 
 
+def test_a_reference_failing_on_a_larger_workload_is_the_configuration_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
+    body = "assert x.shape[0] <= 2, 'the reference only handles two rows'\n            return x * 2"
+    repo, out = repo_with(tmp_path, CONFIG.format(**{**GOOD, "body": body})), tmp_path / "out"
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2, captured
+    assert "configuration error, not the pull request's kernel: the definition's reference fails on a workload " \
+           "(AssertionError: the reference only handles two rows)" in captured.err
+    (t,) = json.loads((out / "summary.json").read_text())["targets"]
+    assert t["baseline"]["status"] == CONFIG_ERROR
+
+
 def test_an_empty_report_is_not_announced(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
