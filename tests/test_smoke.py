@@ -184,6 +184,10 @@ def test_a_reference_failing_on_a_larger_workload_is_the_configuration_too(
            "(AssertionError: the reference only handles two rows)" in captured.err
     (t,) = json.loads((out / "summary.json").read_text())["targets"]
     assert t["baseline"]["status"] == CONFIG_ERROR
+    from kernelpro.bot.artifact import load_results
+
+    (read,) = load_results(out, allowed_files={"scale": ["ops/k.py"]}).targets
+    assert read.baseline_status == CONFIG_ERROR and read.stop_reason.startswith("configuration error")
 
 
 def test_an_empty_report_is_not_announced(tmp_path: Path, capsys: pytest.CaptureFixture[str],
