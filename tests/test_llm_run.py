@@ -90,12 +90,14 @@ def test_expansions_that_all_fail_stop_the_search_with_the_cause(target: Target,
     assert usage(prog)["all_failed"] and usage(prog)["name"] == "llm"
 
 
-def test_requests_tokens_retries_and_the_provider_are_counted(server: FakeOpenAI, target: Target,
-                                                               repo_root: Path) -> None:  # fmt: skip
+def test_requests_tokens_retries_and_the_provider_are_counted(server: FakeOpenAI, target: Target, repo_root: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
     reply = answer(("bigger blocks", {ENTRY: variant()}))
     server.script(error(500, FAST_RETRY), ok(reply))
     prog = programmer(server)
-    assert len(prog.propose(parent_of(target, repo_root), "optimize", 1, context(target))) == 1
+    with caplog.at_level(logging.WARNING):
+        assert len(prog.propose(parent_of(target, repo_root), "optimize", 1, context(target))) == 1
+    assert "answered after 1 retry" in caplog.text  # a warning, not INFO
     u = prog.usage()
     assert (u.requests, u.answered, u.errors, u.retries) == (1, 1, 0, 1)  # the SDK's retry of the 500
     words = sum(len(str(m.get("content") or "").split()) for m in server.requests[-1].messages)

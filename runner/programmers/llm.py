@@ -874,7 +874,10 @@ class LLMProgrammer:
             try:
                 raw = self.client.chat.completions.with_raw_response.create(model=self.model, messages=messages,
                                                                             **kwargs)  # fmt: skip
-                self._n["retries"] += int(getattr(raw, "retries_taken", 0) or 0)
+                if taken := int(getattr(raw, "retries_taken", 0) or 0):
+                    self._n["retries"] += taken
+                    log.warning("llm: %s answered after %d retr%s (rate limit, server error or connection)",
+                                self.where, taken, "y" if taken == 1 else "ies")  # fmt: skip
                 resp = raw.parse()
             except openai.BadRequestError as e:
                 text = str(e)
@@ -911,7 +914,7 @@ class LLMProgrammer:
                 self._fail(e)
                 if tools and "tool" in text.lower():
                     raise PluginError(
-                        f"the LLM endpoint {self.client.base_url} rejected function calling ({e.status_code}: "
+                        f"the LLM endpoint {self.where} rejected function calling ({e.status_code}: "
                         f"{e.message}). Fix: use --tools proactive, or a model and server with tool calling (vLLM: "
                         "--enable-auto-tool-choice --tool-call-parser ...)."
                     ) from e
