@@ -227,7 +227,8 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
         rows.append({"uuid": w.uuid, "axes": dict(w.axes), "baseline_ms": b_med,
                      "baseline_p10_ms": min(t.p10_ms for t in bt), "baseline_p90_ms": max(t.p90_ms for t in bt),
                      "candidate_ms": ct.median_ms, "candidate_p10_ms": ct.p10_ms, "candidate_p90_ms": ct.p90_ms,
-                     "speedup": sp, "speedup_low": lo, "speedup_high": hi, "n": ct.n})  # fmt: skip
+                     "speedup": sp, "speedup_low": lo, "speedup_high": hi, "n": ct.n,
+                     "timing_mode": ct.mode})  # fmt: skip
     correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
     speed = math.exp(sum(logs) / len(logs))
     reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"

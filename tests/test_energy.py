@@ -818,3 +818,25 @@ def test_energy_breaks_a_speed_tie_only_beyond_the_placement_spread() -> None:
     assert choose([1.50, 1.49], [1.000, 1.000 - PLACEMENT / 2], "active", 1.03).index == 0
     c = choose([1.50, 1.49], [1.000, 1.000 - 2 * PLACEMENT], "active", 1.03)
     assert c.index == 1 and "least energy" in c.reason
+
+
+def test_an_arm_that_skips_its_work_in_the_energy_windows_reports_no_energy() -> None:
+    """Issue 17: the energy arms are timed by the parent's clock; an arm whose calls run far faster
+    there than the median the evaluator verified for it (a candidate that detects its energy arm and
+    does nothing) has its workload's energy dropped, with a note naming why. CPU timings (the Triton
+    interpreter) pace nothing."""
+    from kernelpro.runner.energy import ArmEnergy, Interval, Measurement, WorkloadEnergy, _paced
+
+    iv = Interval(1.0, 0.9, 1.1)
+
+    def measured(cand_ms: float) -> tuple[WorkloadEnergy, ...]:
+        arms = {"baseline": ArmEnergy(iv, iv, 0.050, 100, 4), "candidate1": ArmEnergy(iv, iv, cand_ms, 100, 4)}
+        return (WorkloadEnergy("w", Measurement("H200", arms, {"candidate1": iv}, 50.0, ())),)
+
+    rows = ({"uuid": "w", "baseline_ms": 0.060, "candidate_ms": 0.040, "timing_mode": "events"},)
+    honest = _paced(measured(0.030), rows, {"candidate1": rows})  # warm L2 in graph replays: faster, within reason
+    assert honest[0].measurement is not None and honest[0].note == ""
+    cheat = _paced(measured(0.001), rows, {"candidate1": rows})
+    assert cheat[0].measurement is None and cheat[0].note.startswith("ENERGY_ARM_INCONSISTENT: candidate1")
+    cpu = ({**rows[0], "timing_mode": "cpu"},)
+    assert _paced(measured(0.001), cpu, {"candidate1": cpu})[0].measurement is not None
