@@ -831,7 +831,7 @@ def test_an_arm_that_skips_its_work_in_the_energy_windows_reports_no_energy() ->
 
     def measured(cand_ms: float) -> tuple[WorkloadEnergy, ...]:
         arms = {"baseline": ArmEnergy(iv, iv, 0.050, 100, 4), "candidate1": ArmEnergy(iv, iv, cand_ms, 100, 4)}
-        return (WorkloadEnergy("w", Measurement("H200", arms, {"candidate1": iv}, 50.0, ())),)
+        return (WorkloadEnergy("w", Measurement("H200", arms, {"candidate1": iv}, 50.0, (), None)),)
 
     rows = ({"uuid": "w", "baseline_ms": 0.060, "candidate_ms": 0.040, "timing_mode": "events"},)
     honest = _paced(measured(0.030), rows, {"candidate1": rows})  # warm L2 in graph replays: faster, within reason
