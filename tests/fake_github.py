@@ -845,6 +845,7 @@ class FakeGitHub:
 
     def add_comment(self, repo: str, number: int, body: str, *, user: str = "octocat") -> Comment:
         with self._lock:
+            self._sync_git()  # a push made before this comment comes before it in the timeline
             issue = self._issue(repo, number)
             now = _now()
             c = Comment(next(self._ids), repo, number, body, user, now, now)
