@@ -1051,7 +1051,7 @@ def decide(mode: str, target: Any, baseline: Any, passing: Sequence[Any], worklo
     return with_energy(cands[idx], measured, arm), replace(out, winner_arm=arm, choice=why)
 
 
-PACE_FLOOR = 0.2
+PACE_FLOOR = 0.1
 """An arm whose calls ran faster than this fraction of its verified median in the energy windows (on
 the parent's clock) did not do the work it was verified doing there. Replayed as CUDA graphs with a
 warm L2 an honest kernel runs faster than under the evaluator's cold-L2 events, so the floor is low:

@@ -759,3 +759,137 @@ def test_fork_server_children_on_the_gpu(tmp_path):
     assert crash.status == "RUNTIME_ERROR", crash.log[-800:]
     after = _judge_gpu(tmp_path, "after-oob-forked", PY_TORCH, fork_server=True)
     assert after.passed and after.environment["sandbox"].get("spawn") == "forked from the fork server", after.log
+
+
+# --------------------------------------------------------------------------- issue 17: timings a candidate cannot forge
+
+ISSUE17 = {"lazy_output": "LAZY_OUTPUT", "rebind_harness": "HARNESS_TAMPERED",
+           "rebind_harness_checks": "TIMING_INCONSISTENT", "precompute": "TIMING_INCONSISTENT"}  # fmt: skip
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["events", "cuda_graphs"])
+def test_forged_timings_are_refused_by_name_on_the_gpu(tmp_path, graphs):
+    """Issue 17's breaks on CUDA events and with --cuda-graphs: each refused with the status that
+    names it, while the honest control passes in the same mode (its timing mode says which)."""
+    from test_adversarial import PY_TORCH, fixture
+
+    honest = _judge_gpu(tmp_path / "honest", "honest", PY_TORCH, cuda_graphs=graphs)
+    assert honest.passed, honest.log[-800:]
+    assert {r.timing.mode for r in honest.results} == {"cuda_graph" if graphs else "events"}
+    wrong = {}
+    for name, why in ISSUE17.items():
+        source, expect, dps = fixture(name)
+        o = _judge_gpu(tmp_path / name, name, source, dps, cuda_graphs=graphs)
+        if o.status != expect or why not in o.log:
+            wrong[name] = (o.status, o.log[-600:])
+    assert not wrong, wrong
+
+
+LAST_OF_EACH_SET = """
+import sys
+
+import torch
+
+
+def run(a, b):
+    # The old harness checked only the last timed call on each buffer set: find the loop's
+    # position and count in its frame, do the work there, return an unwritten buffer elsewhere.
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != "_time":
+        f = f.f_back
+    if f is not None and f.f_locals.get("kind", "time") == "time" and "reps" in f.f_locals:
+        i, reps = f.f_locals.get("i", -1), f.f_locals["reps"]
+        if 0 <= i < reps - 3:
+            return torch.empty_like(a)
+    torch.cuda._sleep(2_000_000)
+    return torch.nn.functional.silu(a) * b
+"""
+
+
+def test_checked_calls_are_not_only_the_last_of_each_set_on_the_gpu(tmp_path):
+    """Issue 17, break 3 as it passed on the H200 (0.035 ms): work only on the calls the old harness
+    checked. The parent now checks calls at positions it draws in secret, after each call's digest
+    is committed: an unwritten buffer at one of them is caught."""
+    o = _judge_gpu(tmp_path, "last-of-each-set", LAST_OF_EACH_SET)
+    assert o.status == "INCORRECT_NUMERICAL" and "drawn in secret" in o.log, (o.status, o.log[-800:])
+
+
+LATE_SIDE_STREAM = """
+import sys
+
+import torch
+
+_side = None
+
+
+def run(a, b):
+    # Honest while verified; while timed, the work goes to a side stream the caller never waits
+    # for: the events time nothing, and the outputs are written after the call returned.
+    global _side
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != "_time":
+        f = f.f_back
+    out = torch.empty_like(a)
+    if f is None or "reps" not in f.f_locals:
+        return torch.nn.functional.silu(a) * b
+    _side = _side or torch.cuda.Stream()
+    _side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side):
+        torch.cuda._sleep(2_000_000)
+        out.copy_(torch.nn.functional.silu(a) * b)
+    return out
+"""
+
+
+def test_late_writes_on_a_side_stream_are_refused_by_name_on_the_gpu(tmp_path):
+    """Outputs written after the call returned: the digest committed in stream order right after the
+    call differs from what is saved (LATE_WRITE), or the wall the parent saw exceeds the calls'
+    (TIMING_INCONSISTENT)."""
+    o = _judge_gpu(tmp_path, "late-side-stream", LATE_SIDE_STREAM)
+    assert o.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL"), (o.status, o.log[-800:])
+    assert any(k in o.log for k in ("LATE_WRITE", "TIMING_INCONSISTENT", "drawn in secret")), o.log[-800:]
+
+
+SKIPS_IN_ENERGY_ARMS = """
+import sys
+
+import torch
+
+
+def run(a, b):
+    # Does nothing when an energy arm runs it (its command loop is on the stack): less energy per call.
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in ("child_main", "_capture"):
+            return (torch.empty_like(a),)
+        f = f.f_back
+    return torch.nn.functional.silu(a) * b
+"""
+
+
+def test_an_energy_arm_that_skips_its_work_reports_no_energy(tmp_path):
+    """The energy arms are paced by the parent's clock against the medians the evaluator verified:
+    an arm that does nothing there runs far faster and its workload's energy is dropped by name."""
+    from test_adversarial import LOADS, PY_TORCH, SWIGLU, candidate
+
+    from kernelpro.runner.energy import EnergySettings, _paced, measure_solutions
+    from kernelpro.runner.trace import Workload
+
+    w = Workload.make(SWIGLU, {"M": 64 * 1024})
+    honest, cheat = candidate("honest", PY_TORCH), candidate("skipper", SKIPS_IN_ENERGY_ARMS)
+    verified = {}
+    for arm, sol in (("baseline", honest), ("candidate1", cheat)):
+        from kernelpro.runner.evaluator import evaluate
+        from kernelpro.runner.target import Tolerance
+
+        o = evaluate(SWIGLU, sol, [w], Tolerance(), _gpu_settings(tmp_path / arm))
+        assert o.passed, o.log[-800:]
+        verified[arm] = o.results[0].timing
+    rows = ({"uuid": w.uuid, "baseline_ms": verified["baseline"].median_ms, "timing_mode": "events",
+             "candidate_ms": verified["candidate1"].median_ms},)  # fmt: skip
+    measured = measure_solutions(SWIGLU, {"baseline": honest, "candidate1": cheat}, [w], "cuda",
+                                 EnergySettings(windows=2, warmup_s=0.5))  # fmt: skip
+    paced = _paced(measured, rows, {"candidate1": rows})
+    assert measured[0].measurement is not None, measured[0].note
+    assert paced[0].measurement is None and paced[0].note.startswith("ENERGY_ARM_INCONSISTENT: candidate1"), paced
+    assert LOADS  # the same swiglu definition as the CPU adversaries
