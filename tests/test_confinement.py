@@ -1,0 +1,241 @@
+"""Issue 18: the confinement holds on a real runner. Each break of the issue, tried as an attacker
+would: as an unprivileged user, with kernelpro installed as the workflow installs it (not editable,
+in a virtual environment that user owns and so could write), by the real evaluator on the CPU.
+
+The attacks are in tests/fixtures/confinement/scenario.py, run as that user. As root (CI), the test
+makes the user (useradd) and runs the scenario under it with setpriv; as any other user, it runs them
+as itself. Each test fails on the code before the confinement (the fix's commit says which break).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO = Path(__file__).parent / "fixtures" / "confinement" / "scenario.py"
+USER = "kernelpro-jail"
+CANARY = "sk-canary-issue18-Zq7x"
+
+
+@dataclass(frozen=True)
+class Jail:
+    """An unprivileged user with its own non-editable kernelpro installation."""
+
+    prefix: tuple[str, ...]
+    """The command prefix that runs a process as the user (empty: this process is the user)."""
+    python: str
+    """The user's virtual environment's interpreter."""
+    root: Path
+    """A folder the user owns (its HOME, its venv, its scratch)."""
+    uid: int
+    """The user's uid."""
+
+    def run(self, case: str, **arg: object) -> dict[str, object]:
+        scratch = Path(tempfile.mkdtemp(prefix=f"{case}-", dir=self.root / "scratch"))
+        self._own(scratch)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root / "home"), "LANG": "C.UTF-8",
+               "KERNELPRO_LLM_API_KEY": CANARY}  # fmt: skip
+        doc = json.dumps({"dir": str(scratch), "canary": CANARY, **arg})
+        # A shell that stays alive beside kernelpro with the key in its environment, as a workflow
+        # step's shell does.
+        cmd = [*self.prefix, "/bin/sh", "-c", 'cd "$1" && "$2" "$3" "$4" "$5"; exit $?', "sh", str(scratch),
+               self.python, str(SCENARIO), case, doc]  # fmt: skip
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert p.returncode == 0 and lines, f"scenario {case} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        result = json.loads(lines[-1].removeprefix("RESULT "))
+        assert str(self.root) in str(result["kernelpro_from"]), result["kernelpro_from"]  # the user's own install
+        return dict(result)
+
+    def _own(self, path: Path) -> None:
+        if self.prefix:
+            subprocess.run(["chown", "-R", f"{self.uid}:{self.uid}", str(path)], check=True)
+
+
+def _as_user_prefix() -> tuple[tuple[str, ...], int]:
+    if os.geteuid() != 0:
+        return (), os.geteuid()
+    if shutil.which("setpriv") is None or shutil.which("useradd") is None:
+        pytest.skip("running as root without setpriv/useradd (util-linux, passwd): cannot make an unprivileged user")
+    try:
+        pw = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", USER],
+                       check=True, capture_output=True)  # fmt: skip
+        pw = pwd.getpwnam(USER)
+    return ("setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--"), pw.pw_uid
+
+
+def _user_python(prefix: tuple[str, ...]) -> str:
+    """An interpreter of this version the user can run (a root-only pyenv is not one)."""
+    v = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for py in (os.path.realpath(sys._base_executable), shutil.which(f"python{v}"), f"/usr/bin/python{v}"):  # type: ignore[attr-defined]
+        # Through a shell, as the scenarios start it (setpriv itself may resolve the path before it drops rights).
+        probe = [*prefix, "/bin/sh", "-c", '"$0" -c "import encodings"', py or "/nonexistent"]
+        if py and os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
+            return py
+    pytest.skip(f"no Python {v} interpreter the unprivileged user may run")
+
+
+@pytest.fixture(scope="module")
+def jail() -> Iterator[Jail]:
+    prefix, uid = _as_user_prefix()
+    base = Path(tempfile.mkdtemp(prefix="kernelpro-jail-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        py = _user_python(prefix)
+        for d in ("home", "scratch", "src"):
+            (base / d).mkdir()
+        # A copy of the source (the build writes into it), installed as a wheel would be: files in
+        # the user's own site-packages, writable by that user. torch and the other dependencies
+        # come from this interpreter's site-packages, read-only to the user (a .pth line).
+        src = base / "src" / "kernelpro"
+        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info",
+                                                                  "__pycache__", "tests", "benchmarks"))  # fmt: skip
+        subprocess.run([py, "-I", "-m", "venv", "--without-pip", str(base / "venv")], check=True)
+        site = next((base / "venv" / "lib").glob("python*/site-packages"))
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "--target", str(site), str(src)], check=True, capture_output=True)  # fmt: skip
+        deps = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+        (site / "zz_dependencies.pth").write_text("\n".join(deps) + "\n")
+        if prefix:
+            subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+        yield Jail(prefix, str(base / "venv" / "bin" / "python"), base, uid)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _namespaces(result: dict[str, object]) -> bool:
+    sandbox = result.get("sandbox") or {}
+    return str(sandbox.get("network", "")).startswith("isolated") if isinstance(sandbox, dict) else False
+
+
+def _refused(result: dict[str, object]) -> bool:
+    """kernelpro refused to run candidates on this machine (no confinement, no opt-in): fail closed."""
+    return "candidates were not run" in str(result.get("log", ""))
+
+
+# --------------------------------------------------------------------------- break 1
+
+
+def test_break1_a_kernel_file_that_is_a_symlink_to_environ_is_refused(jail: Jail) -> None:
+    r = jail.run("symlink_kernel")
+    assert not r["leaked"], "the orchestrator's environment (the LLM key) was read into the solution"
+    assert not r["read"] and "symbolic link" in str(r["error"]), r
+
+
+# --------------------------------------------------------------------------- break 2
+
+
+def test_break2_a_candidate_cannot_edit_kernelpros_installation(jail: Jail) -> None:
+    r = jail.run("edit_installation")
+    assert not _refused(r), r["log"]
+    assert not r["modified"], f"the candidate appended code to {r['installed_at']}"
+    assert "REFUSED" in str(r["log"]) or r["status"] == "PASSED", r["log"]
+    assert "Landlock" in str(r["sandbox"]["confinement"])  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------- break 3
+
+
+def test_break3_a_candidate_cannot_write_the_checkouts_git_config(jail: Jail) -> None:
+    checkout = Path(tempfile.mkdtemp(prefix="checkout-", dir=jail.root / "scratch"))
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    jail._own(checkout)
+    r = jail.run("git_config", checkout=str(checkout))
+    assert not _refused(r), r["log"]
+    assert not r["modified"], "the candidate wrote core.fsmonitor into the checkout's .git/config"
+    assert "fsmonitor" not in (checkout / ".git" / "config").read_text()
+
+
+# --------------------------------------------------------------------------- break 4
+
+
+def test_break4_without_namespaces_no_secret_is_read_and_no_daemon_survives(jail: Jail) -> None:
+    r = jail.run("no_namespaces")
+    for way in ("fresh", "forked"):
+        got = r[way]
+        assert isinstance(got, dict)
+        if got["status"] == "REFUSED":  # this kernel has no Landlock signal scoping: fail closed, also fine
+            assert "candidates were not run" in got["log"]
+            continue
+        assert not got["stolen"] and CANARY not in got["log"], f"{way}: the key was read from /proc/PID/environ"
+        assert got["status"] == "PASSED", got["log"]  # it ran its attack, found nothing, and computed
+        assert got["daemons_left"] == 0, f"{way}: a setsid daemon of the candidate outlived it"
+
+
+def test_break4_fails_closed_without_confinement_unless_the_operator_opts_in(jail: Jail) -> None:
+    r = jail.run("fail_closed")
+    default, opted = r["default"], r["opted_in"]
+    assert isinstance(default, dict) and isinstance(opted, dict)
+    assert not default["ran"], "candidates ran with no confinement and no opt-in"
+    assert "--allow-unconfined" in default["error"] and "Landlock" in default["error"]
+    assert opted["ran"] and str(opted["confinement"]).startswith("UNCONFINED (operator opted in)"), opted
+
+
+# --------------------------------------------------------------------------- break 5
+
+
+def test_break5_the_fresh_proc_cannot_be_unmounted(jail: Jail) -> None:
+    r = jail.run("umount_proc")
+    for way in ("fresh", "forked"):
+        got = r[way]
+        assert isinstance(got, dict)
+        if not _namespaces(got):
+            pytest.skip(f"the unprivileged user gets no namespaces here ({got['sandbox']}): no /proc of its own")
+        said = re.search(r"UMOUNT rc=(-?\d+) errno=(\d+) PIDS=(\d+)", str(got["log"]))
+        assert said, got["log"]
+        assert said[1] == "-1", f"{way}: umount2(/proc) succeeded and showed {said[3]} processes"
+        assert int(said[3]) <= 3, f"{way}: the candidate saw {said[3]} processes"
+
+
+# --------------------------------------------------------------------------- break 6
+
+
+def test_break6_reference_outputs_of_another_run_are_not_readable(jail: Jail) -> None:
+    planted = Path(tempfile.mkdtemp(prefix="kernelpro-cand-planted-", dir="/tmp"))
+    try:
+        planted.rmdir()
+        r = jail.run("reference_files", planted=str(planted))
+        assert not _refused(r), r["log"]
+        assert r["status"] == "RUNTIME_ERROR" and "NOTHING seen=[]" in str(r["log"]), r["log"]
+        assert not r["foreign_files"], "the candidate wrote into another run's directory"
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- break 7
+
+
+def test_break7_a_binary_tool_on_a_candidates_file_gets_no_secret_and_writes_nothing(jail: Jail) -> None:
+    r = jail.run("tool")
+    assert not r["leaked"], f"the tool saw the key: {r['said']}"
+    assert not r["modified"], "the tool appended to kernelpro's installation"
+
+
+def test_the_policy_never_opens_tmp_home_or_the_checkout() -> None:
+    """What a candidate may read: the system, the Python installation, kernelpro; never /tmp as a
+    whole, HOME or the current directory (the checkout, in the workflow)."""
+    from kernelpro.runner import confinement
+
+    work = Path(tempfile.mkdtemp(prefix="kernelpro-cand-"))
+    try:
+        p = confinement.policy([work])
+        assert p.writable == (str(work),) or p.writable[0] == str(work)
+        for forbidden in ("/tmp", "/", os.path.expanduser("~"), "/home", "/root", "/var"):
+            assert forbidden not in p.readable and forbidden not in p.writable
+        assert os.getcwd() not in p.readable or any(os.getcwd() == q for q in sys.path if q)
+    finally:
+        shutil.rmtree(work)
