@@ -44,9 +44,10 @@ def unconfined(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No Landlock, and the operator's opt-in to run so: the network namespace alone stands between
     a candidate and the network (the teeth of the network tests)."""
     monkeypatch.setattr(confinement, "landlock_abi", lambda: 0)
+    before = confinement.unconfined_allowed()
     confinement.allow_unconfined(True)
     yield
-    confinement.allow_unconfined(False)
+    confinement.allow_unconfined(before)
 
 
 def candidate(name: str, source: str, dps: bool = False, definition: str = SWIGLU.name) -> Solution:
