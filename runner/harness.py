@@ -85,6 +85,7 @@ _library_impls: set[str] = torch.library._impls  # Python registrations of kerne
 _ATEN_IMPLS = frozenset(k for k in _library_impls if k.startswith(("aten/", "prims/")))
 _IMPLS = [len(_library_impls)]
 _query = torch.cuda.Event.query
+_event_sync = torch.cuda.Event.synchronize
 _urandom = os.urandom
 
 _TORCH_DTYPES = {
@@ -650,7 +651,7 @@ class _Commits:
                                     or (wait_for is not None and self.pending[0][0] <= wait_for)):  # fmt: skip
                 i, sums, scalars, event = self.pending.pop(0)
                 if event is not None:
-                    event.synchronize()
+                    _event_sync(event)
                 parts = [_wrap64(int(x)) for x in sums.tolist()] if sums is not None else []
                 self.channel.send({"c": [i, parts + scalars]})
             block = wait_for is not None and wait_for not in self.answered
