@@ -270,10 +270,18 @@ def _load(path: Path, cap: int) -> Any:
     through a symlink or from a FIFO): never a memory map of a file the child still owns, which it
     could truncate under us (SIGBUS). Raises OSError or whatever torch.load raises on garbage."""
     import io
+    import zipfile
 
     import torch
 
-    return torch.load(io.BytesIO(read_capped(path, cap)), weights_only=True, map_location="cpu")
+    data = io.BytesIO(read_capped(path, cap))
+    # torch.save stores its records uncompressed: a compressed record could inflate far past the cap.
+    with zipfile.ZipFile(data) as z:
+        records = z.infolist()
+    if any(r.compress_type != zipfile.ZIP_STORED for r in records) or sum(r.file_size for r in records) > cap:
+        raise ValueError(f"{path.name} is not a file torch.save wrote (compressed or oversized records)")
+    data.seek(0)
+    return torch.load(data, weights_only=True, map_location="cpu")
 
 
 def _output_cap(req: Mapping[str, Any]) -> int:
@@ -292,17 +300,35 @@ def _output_cap(req: Mapping[str, Any]) -> int:
     return 16 * largest + (1 << 20)
 
 
-def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
-    """The cached reference outputs, or why they could not be computed."""
+POOL_BYTES = 1 << 31
+"""Host memory the secret check outputs of one reference may hold: room for several candidates."""
+_POOL_USED: dict[str, int] = {}  # reference key -> secret seeds handed out so far
+
+
+def _pool_size(req: Mapping[str, Any]) -> int:
+    """Secret seeds per workload the reference computes outputs for: ``checks`` for each of up to 16
+    candidates (fewer where their outputs are large), so that no two candidates ever see the same
+    secret seed (one could leave the seeds it saw where the next can read them: the Triton cache)."""
+    c = int(req.get("checks", 0))
+    one = max(1, _output_cap(req) // 2) * max(1, len(req["workloads"])) * max(1, c)
+    return c * max(1, min(16, POOL_BYTES // one))
+
+
+def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tuple[_Reference, int] | str:
+    """The cached reference outputs and the first of ``take`` secret check seeds per workload
+    reserved for one candidate (computed again, with new seeds, once every seed was handed out),
+    or why they could not be computed."""
     key = _reference_key(req)
     with _REFERENCES_LOCK:
-        if key in _REFERENCES:
+        if key in _REFERENCES and _POOL_USED.get(key, 0) + take <= len(_REFERENCES[key].pools[0]):
             _REFERENCES.move_to_end(key)
-            return _REFERENCES[key]
+            offset = _POOL_USED.get(key, 0)
+            _POOL_USED[key] = offset + take
+            return _REFERENCES[key], offset
 
     cap = _output_cap(req)
     dice = random.SystemRandom()
-    pools = tuple(tuple(dice.getrandbits(62) for _ in range(int(req.get("checks", 0)))) for _ in req["workloads"])
+    pools = tuple(tuple(dice.getrandbits(62) for _ in range(_pool_size(req))) for _ in req["workloads"])
 
     def collect(work: Path, doc: Mapping[str, Any], _seconds: float) -> _Reference:
         entries = doc["workloads"]
@@ -323,9 +349,10 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings) -> _Reference | str:
         return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
     with _REFERENCES_LOCK:
         _REFERENCES[key] = child.collected
+        _POOL_USED[key] = take
         while len(_REFERENCES) > _KEEP_REFERENCES:
-            _REFERENCES.popitem(last=False)
-    return child.collected
+            _POOL_USED.pop(_REFERENCES.popitem(last=False)[0], None)
+    return child.collected, 0
 
 
 def reference_ready(definition: Definition, solution: Solution, workloads: Sequence[Workload], tolerance: Tolerance,
@@ -339,8 +366,8 @@ def reference_outputs(definition: Definition, solution: Solution, workloads: Seq
                       settings: EvalSettings) -> list[Any] | str:  # fmt: skip
     """The reference's outputs of the first trial of the first workload, or why the reference failed
     (runner/smoke.py checks the configuration with them before any search)."""
-    ref = _reference_for(_request(definition, solution, workloads, tolerance, settings), settings)
-    return ref if isinstance(ref, str) else list(ref.trials[0][0])
+    got = _reference_for(_request(definition, solution, workloads, tolerance, settings), settings)
+    return got if isinstance(got, str) else list(got[0].trials[0][0])
 
 
 class _Verdict(Exception):
@@ -358,9 +385,9 @@ class _OutputJudge:
     the first wrong file. File names are the parent's own, never taken from the child's result."""
 
     def __init__(self, work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
-                 trials: int, seeds: list[int], keeper: Timekeeper, cap: int) -> None:  # fmt: skip
+                 trials: int, seeds: list[int], keeper: Timekeeper, cap: int, offset: int) -> None:  # fmt: skip
         self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, 0
-        self.wi, self.ref, self.keeper, self.cap = wi, ref, keeper, cap
+        self.wi, self.ref, self.keeper, self.cap, self.offset = wi, ref, keeper, cap, offset
         self.named = list(definition.outputs.items())
         self.jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
                       {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
@@ -384,8 +411,8 @@ class _OutputJudge:
                 self.failed = _Verdict("RUNTIME_ERROR", "TIMING_PROTOCOL: the candidate's process never completed "
                                        "its timing phase over the parent's channel")  # fmt: skip
             return False
-        ref, wi = self.ref, self.wi
-        self.jobs += [(f"w{wi}_c{j}.pt", ref.checks[wi][j], ref.checks64[wi][j] if ref.checks64[wi] else None,
+        ref, wi, o = self.ref, self.wi, self.offset
+        self.jobs += [(f"w{wi}_c{j}.pt", ref.checks[wi][o + j], ref.checks64[wi][o + j] if ref.checks64[wi] else None,
                        {"timed_call": pos, "digest": phase.digests.get(pos),  # type: ignore[dict-item]
                         "reason_if_wrong": "a timed call, at a position drawn in secret by the parent, returned "
                         "wrong outputs (work skipped on calls it hoped were unchecked, or a cache keyed on pointers?)"})
@@ -507,12 +534,12 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
 
 
 def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
-            work: Path, keeper: Timekeeper) -> list[_OutputJudge]:  # fmt: skip
+            work: Path, keeper: Timekeeper, offset: int) -> list[_OutputJudge]:  # fmt: skip
     from .harness import trial_seed
 
     cap = _output_cap(req)
     return [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
-                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap)
+                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap, offset)
             for wi, w in enumerate(workloads)]  # fmt: skip
 
 
@@ -557,17 +584,18 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         return Outcome(h, "COMPILE_ERROR", (), log=f"solution implements {solution.definition!r}, not {definition.name!r}",
                        timestamp=_now())  # fmt: skip
     req = _request(definition, solution, workloads, tolerance, settings)
-    ref = _reference_for(req, settings)
-    if isinstance(ref, str):
-        return Outcome(h, "RUNTIME_ERROR", (), log=ref, timestamp=_now())
+    got = _reference_for(req, settings, take=settings.checks)
+    if isinstance(got, str):
+        return Outcome(h, "RUNTIME_ERROR", (), log=got, timestamp=_now())
+    ref, offset = got
 
     judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
     judges: list[_OutputJudge] = []
-    keeper = Timekeeper(ref.pools, settings.device)
+    keeper = Timekeeper([p[offset:offset + settings.checks] for p in ref.pools], settings.device)
 
     def judges_in(work: Path) -> list[_OutputJudge]:  # the work directory is known once the child starts
         if not judges:
-            judges.extend(_judges(definition, workloads, req, ref, work, keeper))
+            judges.extend(_judges(definition, workloads, req, ref, work, keeper, offset))
         return judges
 
     def during(work: Path) -> None:

@@ -84,6 +84,7 @@ import torch.library  # noqa: E402
 _library_impls: set[str] = torch.library._impls  # Python registrations of kernels, torch's own included
 _ATEN_IMPLS = frozenset(k for k in _library_impls if k.startswith(("aten/", "prims/")))
 _IMPLS = [len(_library_impls)]
+_TENSOR_HOOKS = {k: torch.Tensor.__dict__.get(k) for k in ("__torch_function__", "__torch_dispatch__")}
 _query = torch.cuda.Event.query
 _event_sync = torch.cuda.Event.synchronize
 _urandom = os.urandom
@@ -177,7 +178,7 @@ def _modes() -> int:
 
 
 def _check_modes() -> None:
-    if _modes():
+    if _modes() or any(torch.Tensor.__dict__.get(k) is not v for k, v in _TENSOR_HOOKS.items()):
         raise CandidateError("RUNTIME_ERROR", "LAZY_OUTPUT: the candidate left a torch function or dispatch mode "
                              "active, which would run its code inside the harness's own copies and checks")  # fmt: skip
     new = {k for k in _library_impls if k.startswith(("aten/", "prims/"))} - _ATEN_IMPLS
@@ -190,7 +191,11 @@ def _check_modes() -> None:
 def _plain(values: Sequence[Any]) -> None:
     """A call's results must exist when it returns: only plain tensors (no subclass, no functorch or
     functional wrapper, ordinary strided storage on the request's device) and plain numbers. A
-    subclass could compute in ``__torch_function__`` when the harness copies it, after the timer."""
+    subclass could compute in ``__torch_function__`` when the harness copies it, after the timer;
+    so could a mode or an override of torch's kernels left in place: refused before any copy."""
+    if _modes() or len(_library_impls) != _IMPLS[0] or any(
+            torch.Tensor.__dict__.get(k) is not v for k, v in _TENSOR_HOOKS.items()):  # fmt: skip
+        _check_modes()
     for k, v in enumerate(values):
         if type(v) in (int, float, bool):
             continue

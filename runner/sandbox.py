@@ -224,7 +224,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds, sandbox)
         try:
             doc = json.loads(read_capped(result_file, _RESULT_CAP))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # JSON and UTF-8 errors are ValueErrors
             return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
         if not isinstance(doc, dict):
             return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)

@@ -28,6 +28,7 @@ order, ``{"end": {timing summary}}``; parent -> child ``{"seeds": [...]}`` after
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import select
@@ -155,6 +156,8 @@ class Timekeeper:
             return f"TIMING_PROTOCOL: malformed timing summary at the end of the phase: {e!r}"
         if n != p.reps:
             return f"TIMING_PROTOCOL: {n} timed calls reported, {p.reps} announced"
+        if not (math.isfinite(median) and math.isfinite(total) and median > 0 and total > 0):
+            return f"TIMING_PROTOCOL: a median of {median} ms and a sum of {total} ms are not times"
         wall = p.wall_s * 1e3
         allow = LOOP_FACTOR * cal * p.reps + FIXED_MS.get(self._device, FIXED_MS["cpu"])
         slack = MEDIAN_SLACK.get(self._device, MEDIAN_SLACK["cpu"])

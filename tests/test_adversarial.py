@@ -70,7 +70,7 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
-          "lazy_output", "rebind_harness", "rebind_harness_checks", "precompute"]  # fmt: skip
+          "lazy_output", "lazy_mode", "rebind_harness", "rebind_harness_checks", "precompute"]  # fmt: skip
 
 
 def test_every_fixture_is_tested() -> None:
@@ -106,6 +106,7 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         "late_thread": "NaN-poisoned",
         # issue 17: each break is refused by name, not by some other accident
         "lazy_output": "LAZY_OUTPUT",
+        "lazy_mode": "LAZY_OUTPUT",
         "rebind_harness": "HARNESS_TAMPERED",
         "rebind_harness_checks": "TIMING_INCONSISTENT",  # no in-process check is left: the parent's clock
         "precompute": "TIMING_INCONSISTENT",
@@ -443,6 +444,10 @@ def test_the_parent_reads_a_childs_file_only_as_a_capped_regular_file(tmp_path: 
 
 def test_a_garbage_output_file_is_a_verdict_never_a_crash(tmp_path: Path) -> None:
     """What the judge raises on a file the candidate wrote becomes that candidate's status."""
+    import zipfile
+
+    import torch
+
     from kernelpro.runner.evaluator import _OutputJudge, _Verdict
 
     judge = _OutputJudge.__new__(_OutputJudge)
@@ -450,3 +455,37 @@ def test_a_garbage_output_file_is_a_verdict_never_a_crash(tmp_path: Path) -> Non
     (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 not a zip")
     with pytest.raises(_Verdict, match="unreadable outputs"):
         judge._judge(tmp_path / "bad.pt", None, None, {"trial": 0})
+    # A real torch.save file whose records were compressed: a bomb could inflate past any cap.
+    torch.save([torch.zeros(1000)], tmp_path / "ok.pt")
+    with zipfile.ZipFile(tmp_path / "ok.pt") as src, zipfile.ZipFile(tmp_path / "deflated.pt", "w",
+                                                                      zipfile.ZIP_DEFLATED) as dst:  # fmt: skip
+        for r in src.infolist():
+            dst.writestr(r.filename, src.read(r))
+    with pytest.raises(_Verdict, match="compressed or oversized"):
+        judge._judge(tmp_path / "deflated.pt", None, None, {"trial": 0})
+
+
+def test_no_two_candidates_see_the_same_secret_seeds(tmp_path: Path) -> None:
+    """The secret seeds of the checked timed calls are never handed to two candidates: one could
+    leave the seeds it saw where the next reads them (the shared Triton cache). When every seed of
+    a reference was handed out, the reference is computed again with new ones."""
+    from kernelpro.runner.evaluator import _pool_size, _reference_for, _request
+
+    s = settings(tmp_path, trials=1)
+    req = _request(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), s)
+    size = _pool_size(req)
+    assert size >= s.checks * 2
+    seen: set[int] = set()
+    first = None
+    for k in range(size // s.checks):
+        got = _reference_for(req, s, take=s.checks)
+        assert not isinstance(got, str), got
+        ref, offset = got
+        first = first or ref
+        assert ref is first and offset == k * s.checks
+        mine = {x for p in ref.pools for x in p[offset:offset + s.checks]}
+        assert len(mine) == s.checks * len(LOADS) and not mine & seen
+        seen |= mine
+    fresh = _reference_for(req, s, take=s.checks)
+    assert not isinstance(fresh, str) and fresh[0] is not first and fresh[1] == 0
+    assert not {x for p in fresh[0].pools for x in p} & seen
