@@ -591,7 +591,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
 
     judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
     judges: list[_OutputJudge] = []
-    keeper = Timekeeper([p[offset:offset + settings.checks] for p in ref.pools], settings.device)
+    keeper = Timekeeper([p[offset:offset + settings.checks] for p in ref.pools], settings.device, req["timing"])
 
     def judges_in(work: Path) -> list[_OutputJudge]:  # the work directory is known once the child starts
         if not judges:

@@ -77,9 +77,10 @@ class Timekeeper:
     """The parent's end of one child's timing channel: ``child_fds`` go to the child, ``started``
     closes them here and reads the child's announcements on a thread until the child is gone."""
 
-    def __init__(self, pools: Sequence[Sequence[int]], device: str) -> None:
+    def __init__(self, pools: Sequence[Sequence[int]], device: str, timing: Mapping[str, Any] | None = None) -> None:
         self._pools = [list(p) for p in pools]
         self._device = device
+        self._reps = _rep_bounds(device, timing) if timing else {}
         self._dice = random.SystemRandom()
         up_r, up_w = os.pipe()  # child -> parent
         down_r, down_w = os.pipe()  # parent -> child
@@ -223,8 +224,9 @@ class Timekeeper:
             if self._open is not None:
                 raise ValueError("a phase started inside another")
             kind, wi, reps = str(value["kind"]), int(value["w"]), int(value["reps"])
-            if kind not in ("cal", "time") or not 0 <= wi < len(self._pools) or not 0 < reps <= 1 << 20:
-                raise ValueError(f"bad start {value}")
+            lo, hi = self._reps.get(kind, (1, 1 << 20))
+            if kind not in ("cal", "time") or not 0 <= wi < len(self._pools) or not lo <= reps <= hi:
+                raise ValueError(f"bad start {value}: {kind} phases have {lo} to {hi} calls")
             if self.phase(kind, wi) is not None:
                 raise ValueError(f"phase {kind} of workload {wi} started twice")
             pool = self._pools[wi] if kind == "time" else []
@@ -260,6 +262,17 @@ class Timekeeper:
             self._open = None
         else:
             raise ValueError(f"unknown message {key!r}")
+
+
+def _rep_bounds(device: str, t: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """The calls a phase may announce, from the request's timing settings (runner/harness.py
+    ``_time``): a child that announces fewer gets fewer checks, so it may not."""
+    sets = max(1, int(t["rotate"]))
+    cal = max(4 * sets, 8)
+    if device == "cuda":
+        return {"cal": (cal, cal), "time": (max(sets, int(t["reps"])), max(sets, int(t["reps"]), int(t["reps_max"])))}
+    cpu = max(sets, int(t["reps_cpu"]))
+    return {"cal": (cal, cal), "time": (cpu, cpu)}
 
 
 def digest_of(values: Sequence[Any]) -> tuple[int, ...]:

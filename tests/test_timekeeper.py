@@ -1,0 +1,127 @@
+"""runner/timekeeper.py on its own: the parent's end of the timing channel, driven here as the
+harness would drive it (tests/test_adversarial.py runs it with real children and real cheats)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from kernelpro.runner.timekeeper import Timekeeper
+
+TIMING = {"rotate": 3, "reps": 20, "reps_max": 500, "reps_cpu": 3}
+
+
+class Child:
+    """The harness's side of the protocol, by hand."""
+
+    def __init__(self, keeper: Timekeeper) -> None:
+        self.r, self.w = (os.dup(fd) for fd in keeper.child_fds)
+        self.buf = b""
+
+    def send(self, doc: dict) -> None:
+        os.write(self.w, (json.dumps(doc) + "\n").encode())
+
+    def recv(self) -> dict:
+        while b"\n" not in self.buf:
+            chunk = os.read(self.r, 65536)
+            if not chunk:
+                raise EOFError("the parent closed the channel")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def phase(self, kind: str, reps: int, claimed_ms: float, busy_s: float = 0.0) -> tuple[list[int], list[int]]:
+        """Seeds it got and the calls the parent said it checks; ``busy_s`` of wall spent inside."""
+        self.send({"start": {"kind": kind, "w": 0, "reps": reps}})
+        seeds = self.recv()["seeds"]
+        checked = []
+        for i in range(reps):
+            time.sleep(busy_s / reps)
+            self.send({"c": [i, [i]]})
+            if self.recv()["k"] == [i, 1]:
+                checked.append(i)
+        per = claimed_ms / reps
+        self.send({"end": {"median_ms": per, "p10_ms": per, "p90_ms": per, "std_ms": 0.0, "n": reps,
+                           "sum_ms": claimed_ms, "mode": "cpu"}})  # fmt: skip
+        return seeds, checked
+
+    def close(self) -> None:
+        os.close(self.r)
+        os.close(self.w)
+
+
+@pytest.fixture
+def keeper() -> Iterator[tuple[Timekeeper, Child]]:
+    k = Timekeeper([[111, 222, 333]], "cpu", TIMING)
+    child = Child(k)
+    k.started()
+    yield k, child
+    child.close()
+    k.close()
+
+
+def _settle(k: Timekeeper) -> None:
+    end = time.monotonic() + 5
+    while (k.in_phase or k.phase("time", 0) is None) and k.problem is None and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def test_an_honest_phase_is_consistent_and_its_checks_are_the_secret_seeds(keeper: tuple[Timekeeper, Child]) -> None:
+    k, child = keeper
+    child.phase("cal", 12, 0.1)
+    seeds, checked = child.phase("time", 3, 300.0, busy_s=0.3)
+    _settle(k)
+    assert k.consistent(0) is None, k.consistent(0)
+    p = k.phase("time", 0)
+    assert p is not None and p.checks == tuple(checked) and len(checked) == 3
+    assert sorted(seeds[i] for i in checked) == [111, 222, 333]  # the pool, at the parent's positions
+    assert p.digests == {i: (i,) for i in checked}  # committed before each answer
+
+
+def test_a_wall_the_calls_do_not_fill_is_refused(keeper: tuple[Timekeeper, Child]) -> None:
+    k, child = keeper
+    child.phase("cal", 12, 0.1)
+    child.phase("time", 3, 3.0, busy_s=0.6)  # 600 ms of wall, 3 ms claimed
+    _settle(k)
+    why = k.consistent(0) or ""
+    assert why.startswith("TIMING_INCONSISTENT: the timed calls add up to 3.0 ms"), why
+
+
+def test_a_median_moved_by_concentrating_the_work_is_refused(keeper: tuple[Timekeeper, Child]) -> None:
+    k, child = keeper
+    child.phase("cal", 12, 0.1)
+    child.send({"start": {"kind": "time", "w": 0, "reps": 3}})
+    child.recv()
+    for i in range(3):
+        time.sleep(0.6 if i == 0 else 0.0)
+        child.send({"c": [i, [0]]})
+        child.recv()
+    child.send({"end": {"median_ms": 0.01, "p10_ms": 0.01, "p90_ms": 600.0, "std_ms": 1.0, "n": 3, "sum_ms": 600.02}})
+    _settle(k)
+    assert (k.consistent(0) or "").startswith("TIMING_INCONSISTENT: a median of 0.0100 ms"), k.consistent(0)
+
+
+@pytest.mark.parametrize("wrong", ["fewer_calls", "out_of_order", "early_end", "no_calibration"])
+def test_protocol_violations_void_the_timing(keeper: tuple[Timekeeper, Child], wrong: str) -> None:
+    k, child = keeper
+    if wrong != "no_calibration":
+        child.phase("cal", 12, 0.1)
+    if wrong == "fewer_calls":  # fewer calls would mean fewer checks
+        child.send({"start": {"kind": "time", "w": 0, "reps": 2}})
+    elif wrong == "out_of_order":
+        child.send({"start": {"kind": "time", "w": 0, "reps": 3}})
+        child.recv()
+        child.send({"c": [1, [0]]})
+    elif wrong == "early_end":
+        child.send({"start": {"kind": "time", "w": 0, "reps": 3}})
+        child.recv()
+        child.send({"end": {"median_ms": 1.0, "n": 3, "sum_ms": 3.0}})
+    else:
+        child.phase("time", 3, 3.0)
+    _settle(k)
+    why = k.consistent(0) or ""
+    assert why.startswith("TIMING_PROTOCOL"), why
