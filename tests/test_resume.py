@@ -134,11 +134,14 @@ def test_the_report_records_the_flags_of_the_run(tmp_path: Path, land: Landscape
                  "--budget", "4", "--search", "greedy", "--feedback", "raw", "--memory", "off",
                  "--candidates", "3"]) == 0  # fmt: skip
     result = json.loads((out / "swiglu" / "result.json").read_text())
-    flags = ["--search greedy", "--feedback raw", "--tools proactive", "--memory off", "--candidates 3"]
+    flags = ["--programmer tuner", "--search greedy", "--feedback raw", "--tools proactive", "--memory off",
+             "--candidates 3"]  # fmt: skip
     assert result["flags"] == flags
     assert (result["search"], result["feedback"], result["memory_on"], result["candidates_per_expansion"]) == \
         ("greedy", "raw", False, 3)
-    assert f"| settings | `{' '.join(flags)}` |" in (out / "report.md").read_text()
+    # The settings row is the whole command line (tests/test_llm_cli.py reruns it), flags included.
+    assert f"| settings | `{result['command']}` |" in (out / "report.md").read_text()
+    assert all(f in result["command"] for f in flags) and "--budget 4" in result["command"]
     # The first expansion of the baseline asked for three candidates.
     journal = [json.loads(x) for x in (out / "swiglu" / "journal.jsonl").read_text().splitlines()]
     assert len(journal) == 4 and all(j["candidate"]["parent"] == journal[0]["key"] for j in journal[1:])
