@@ -533,6 +533,10 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
         done = progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),
                              evaluations=sum(t.evaluations for t in results.targets), best_speedup=best,
                              pr_url=published.pr_url, reason=published.reason)  # fmt: skip
+        if published.model_written:  # the sticky comment leads with it too
+            from kernelpro.bot.body import model_label
+
+            done = f"{model_label(published.model_written)}\n\n{done}"
         try:
             sticky.update(done, force=True)
         except CommentError as e:

@@ -27,8 +27,9 @@ from typing import Any
 import git
 import pytest
 import yaml
+from test_action import REPO as ACTION_REPO
 from test_action import World as ActionWorld
-from test_action import retry
+from test_action import _optimize, _sticky, labeled, retry
 from test_action import world as action_world  # noqa: F401  (the fixture)
 from test_bot_artifact import ALLOWED, KERNEL, edit_summary, h200, refused  # noqa: F401  (h200: a fixture)
 from test_bot_publish import BRANCH, REPO, World, no_winner, results, world  # noqa: F401  (fixtures)
@@ -187,6 +188,39 @@ def test_the_h200_numbers_agree(h200: Path) -> None:
 
     t = load_results(h200, allowed_files=ALLOWED).targets[0]
     assert t.winner is not None and t.winner.speedup == pytest.approx(3.545, abs=1e-3)
+
+
+def test_the_publish_job_refuses_or_labels_a_tampered_patch(action_world: ActionWorld,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workflow's jobs end to end: a real optimize run on the CPU whose patch.diff the PR's
+    code rewrote (an os.system line), published with the repository's KERNELPRO_PROGRAMMER."""
+    w = action_world
+    s = w.settings("pull_request", labeled(w), GITHUB_STEP_SUMMARY=str(w.tmp / "summary.md"))
+    plan = action.plan(s, w.checkout, w.fake.client())
+    out = _optimize(w, s, plan.base_sha, plan.head_sha, monkeypatch)
+    winner = json.loads((out / "summary.json").read_text())["targets"][0]["winner"]
+    old = subprocess.run(["git", "--git-dir", str(w.origin), "show", f"{plan.head_sha}:{KERNEL}"],
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    tuned = apply_setting(KERNEL, old, split_setting(winner["params"].items(), [KERNEL])[KERNEL], lineage=True)
+    assert unified_diff(KERNEL, old, tuned) == (out / "swiglu" / "patch.diff").read_text()
+    (out / "swiglu" / "patch.diff").write_text(unified_diff(KERNEL, old, f"import os\n{EVIL}\n{tuned}"))
+
+    def publish() -> str:
+        return action.publish_results(s, w.checkout, w.tmp / "results", w.fake.client(),
+                                      push_url=w.origin.as_uri(), head_sha=plan.head_sha)  # fmt: skip
+
+    monkeypatch.setenv("KERNELPRO_PROGRAMMER", "tuner")
+    with pytest.raises(action.ActionError, match="is not the patch the winner's parameters give"):
+        publish()
+    assert "is not the patch" in _sticky(w) and "Stopped" in _sticky(w)
+    assert not [i for i in w.fake.repos[ACTION_REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    monkeypatch.setenv("KERNELPRO_PROGRAMMER", "llm")
+    assert publish().startswith("created:")
+    (pr,) = [i for i in w.fake.repos[ACTION_REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    assert pr.pull is not None and pr.pull.draft and (pr.body or "").startswith(f"**{MODEL_WRITTEN}**")
+    assert _sticky(w).splitlines()[1].startswith(f"**{MODEL_WRITTEN}**")  # after the hidden marker
+    summary = (w.tmp / "summary.md").read_text()  # the publish check's page: the label, then the table
+    assert summary[summary.index(f"**{MODEL_WRITTEN}**"):].split("\n\n", 1)[1].startswith("## kernelpro")
 
 
 # --------------------------------------------------------------------------- 2. a retry is bound
