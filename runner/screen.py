@@ -307,11 +307,12 @@ def _launches(module: ast.Module, jit: set[str], entry: str | None) -> bool:
     while todo:
         node = todo.pop()
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript):
-                k = sub.func.value
-                name = k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else ""
-                if name in jit:
-                    return True
+            # kernel[grid](...), launcher = kernel[grid], kernel.run(...): any of them reaches the kernel.
+            k = sub.value if isinstance(sub, ast.Subscript) else sub.value if (
+                isinstance(sub, ast.Attribute) and sub.attr in ("run", "warmup")) else None  # fmt: skip
+            name = k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else ""
+            if name in jit:
+                return True
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id not in seen:
                 seen.add(sub.func.id)
                 if sub.func.id in functions and sub.func.id not in jit:

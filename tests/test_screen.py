@@ -90,6 +90,7 @@ def test_other_escapes_are_refused(demo: tuple[Target, Solution], change: tuple[
     ("import torch\n", "import math\nimport torch\n"),
     ("    out = a * tl.sigmoid(a) * b\n", "    out = a / (1.0 + tl.exp(-a)) * b\n"),
     ("    n_elements = a.numel()\n", "    n_elements = a.view(-1).shape[0]\n"),
+    (LAUNCH, "    launch = _swiglu_kernel[grid]\n    launch(a, b, out, n_elements, BLOCK_SIZE=BLOCK_SIZE, num_warps=8)\n"),
 ])  # fmt: skip
 def test_honest_rewrites_pass(demo: tuple[Target, Solution], change: tuple[str, str]) -> None:
     src = demo[1].sources[0].content
