@@ -136,6 +136,9 @@ def seal(root: Path, secrets: Mapping[str, str]) -> list[Removal]:
             why = "not a regular file (a FIFO, socket or device)"
         elif st.st_nlink > 1:
             why = "a hard link (a second name of a file that may live outside the results folder)"
+        elif (name := next((n for n, x in needles if x in rel.encode("utf-8", "surrogateescape")), None)) is not None:
+            why = f"its name holds the value of {name}, a secret kernelpro holds"
+            rel = "(a name holding a secret)"
         elif (name := _holds(p, needles)) is not None:
             why = f"it holds the value of {name}, a secret kernelpro holds"
         if why is not None:

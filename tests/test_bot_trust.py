@@ -373,6 +373,7 @@ def _results_dir(tmp: Path) -> tuple[Path, Path]:
     (out / "swiglu" / "solution.json").write_text(json.dumps({"x": base64.b64encode(b"k=" + KEY.encode()).decode()}))
     (out / "swiglu" / "log.txt").write_text("token " + KEY.encode().hex() + "\n")
     (out / "swiglu" / "rev.txt").write_text(KEY[::-1])
+    (out / "swiglu" / f"{KEY}.txt").write_text("fine\n")  # the name is what leaks
     return out, secret
 
 
@@ -385,8 +386,8 @@ def test_the_results_lose_links_and_secrets_before_upload(tmp_path: Path, capsys
     assert left == ["summary.json", "swiglu", "swiglu/report.md"]
     assert secret.read_text() == "PRIVATE KEY\n"  # removed the links, not what they pointed to
     log = capsys.readouterr().out
-    assert log.count("::error title=kernelpro::removed ") == 8
-    assert "KERNELPRO_LLM_API_KEY" in log and KEY not in log
+    assert log.count("::error title=kernelpro::removed ") == 9
+    assert "KERNELPRO_LLM_API_KEY" in log and KEY not in log and "its name holds" in log
     assert all(line.startswith("::error") for line in log.splitlines())  # no injected workflow command
     assert action.seal_results(out, s) is False  # nothing left to remove
 
