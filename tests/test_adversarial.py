@@ -70,7 +70,8 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
-          "lazy_output", "lazy_mode", "rebind_harness", "rebind_harness_checks", "precompute"]  # fmt: skip
+          "lazy_output", "lazy_mode", "aten_override", "rebind_harness", "rebind_harness_checks",
+          "precompute"]  # fmt: skip
 
 
 def test_every_fixture_is_tested() -> None:
@@ -107,6 +108,7 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         # issue 17: each break is refused by name, not by some other accident
         "lazy_output": "LAZY_OUTPUT",
         "lazy_mode": "LAZY_OUTPUT",
+        "aten_override": "LAZY_OUTPUT",
         "rebind_harness": "HARNESS_TAMPERED",
         "rebind_harness_checks": "TIMING_INCONSISTENT",  # no in-process check is left: the parent's clock
         "precompute": "TIMING_INCONSISTENT",
