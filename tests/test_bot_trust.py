@@ -156,6 +156,43 @@ def test_a_model_written_patch_on_a_fork_is_labelled_first(world: World, results
         world.run(_with_patch(results, _evil_patch(world, results)), is_fork=True, sticky=sticky)
 
 
+def test_a_cuda_tuner_patch_is_recomputed_with_the_configured_launch(tmp_path: Path,
+                                                                    results: Results) -> None:
+    """CUDA knobs need the target's kernel and block from the trusted configuration: a winner
+    that added ``__launch_bounds__`` is recomputed with them, and not without them."""
+    from kernelpro.bot.publish import _Git
+    from kernelpro.cli import make_demo_repo
+    from kernelpro.cuda_knobs import find_knobs
+    from kernelpro.runner.config import load_config
+
+    repo = make_demo_repo(tmp_path / "cuda", "cuda")
+    path = "kernels/swiglu.cu"
+    src = (repo / path).read_text()
+    assert "__launch_bounds__(BLOCK_SIZE)" in src
+    (repo / path).write_text(src.replace("__launch_bounds__(BLOCK_SIZE)", ""))  # a kernel without bounds
+    r = git.Repo(repo)
+    r.index.add([path])
+    head = r.index.commit("no launch bounds").hexsha
+    (t,) = load_config(repo / ".kernelpro.yml", repo).targets
+    assert t.launch is not None
+    launch = (t.launch.kernel, tuple(t.launch.block))
+    old = (repo / path).read_text()
+    knobs = {k.name: k for k in find_knobs(old, *launch)}
+    bounds = next(k for k in knobs.values() if k.kind == "min_blocks")
+    threads = next(k for k in knobs.values() if k.kind == "threads")
+    setting = {bounds.name: 2, threads.name: max(c for c in threads.choices if c != threads.value)}
+    new = apply_setting(path, old, setting, *launch, lineage=True)
+    assert "__launch_bounds__" in new and "__launch_bounds__" not in old
+    winner = dataclasses.replace(results.targets[0].winner,
+                                 params=tuple((f"{path}::{k}", str(v)) for k, v in setting.items()))  # fmt: skip
+    target = dataclasses.replace(results.targets[0], name=t.name, winner=winner,
+                                 patch=unified_diff(path, old, new), patch_files=(path,))  # fmt: skip
+    g = _Git(repo, repo.as_uri())
+    assert recompute(g, head, target, [path], launch) == (target.patch, "")
+    derived, why = recompute(g, head, target, [path])
+    assert derived is None and "unknown knob" in why
+
+
 def _edit_winner(d: Path, change: Any) -> None:
     edit_summary(d, lambda data: change(data["targets"][0]))
 
