@@ -258,9 +258,10 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
     """The commit a writer's ``/kernelpro retry`` approves, or ("", a reply saying why none and how
     to retry). ``/kernelpro retry <sha>`` approves that commit if it is still the head. A bare
     retry approves the head the comment was made on: the PR's timeline (GitHub's order) must show
-    the current head before the comment and no push after it, and the head's commit must not be
-    dated after the comment (a commit cannot be pushed before it was made). Anything else is a
-    head that moved after the maintainer looked, which is not approved."""
+    the current head before the comment and no push after it, the head's commit must not be dated
+    after the comment (a commit cannot be pushed before it was made), and the head repository's
+    activity log (server time, unlike commit dates) must record no update of the head branch after
+    the comment. Anything else is a head that moved after the maintainer looked: not approved."""
     head, n = pr.head.sha, trigger.pr
     again = f"Review the pull request at {head[:12]}, then comment `/kernelpro retry {head}` to optimize exactly that commit."
     if trigger.head_sha:
@@ -286,10 +287,29 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
     if not found:
         return "", (f"kernelpro could not find this `/kernelpro retry` in the timeline of #{n}, so it cannot tell "
                     f"which commit it approves and nothing runs. {again}")  # fmt: skip
-    if after or head not in before:
+    if after or head not in before or _pushed_after(pr, trigger.comment_at):
         return "", (f"The head of #{n} moved after this `/kernelpro retry` (it is now {head[:12]}): commits pushed "
                     f"after a maintainer's comment are not approved by it, so nothing runs. {again}")  # fmt: skip
     return head, ""
+
+
+def _pushed_after(pr: Any, when: str | None) -> bool:
+    """Whether the head repository's activity log (``GET /repos/{o}/{r}/activity``, server time)
+    records an update of the PR's head branch after ``when``. Commit dates and the timeline's
+    order of commits are the author's to choose; this is not. False when it cannot tell (the API
+    refused, or the fork is gone): the timeline's checks still apply."""
+    from github import GithubException
+
+    head_repo = pr.head.repo
+    if head_repo is None:
+        return False
+    try:
+        _, data = head_repo._requester.requestJsonAndCheck(
+            "GET", f"{head_repo.url}/activity",
+            parameters={"ref": f"refs/heads/{pr.head.ref}", "direction": "desc", "per_page": 100})  # fmt: skip
+    except GithubException:
+        return False
+    return any(isinstance(a, dict) and _later(str(a.get("timestamp", "")), when) for a in data or [])
 
 
 def _later(when: str, than: str | None) -> bool:

@@ -368,6 +368,8 @@ class RepoState:
     git_dir: str | None = None
     """A real git repository (usually bare) whose branches are this repository's ``heads/*``
     refs: see :meth:`FakeGitHub.link_git`."""
+    activity: list[dict[str, Any]] = field(default_factory=list)
+    """Branch updates seen in ``git_dir``, oldest first (``GET /repos/{o}/{r}/activity``)."""
 
     @property
     def owner(self) -> str:
@@ -507,6 +509,7 @@ class FakeGitHub:
             ("GET", "/repos/{owner}/{repo}/issues/{issue_number}"): self._get_issue,
             ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments"): self._list_comments,
             ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/timeline"): self._list_timeline,
+            ("GET", "/repos/{owner}/{repo}/activity"): self._list_activity,
             ("POST", "/repos/{owner}/{repo}/issues/{issue_number}/comments"): self._create_comment,
             ("GET", "/repos/{owner}/{repo}/issues/comments/{comment_id}"): self._get_comment,
             ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}"): self._update_comment,
@@ -695,6 +698,9 @@ class FakeGitHub:
             for k in [k for k in r.refs if k.startswith("heads/")]:
                 if k not in heads:
                     del r.refs[k]
+            for k, sha in heads.items():
+                if r.refs.get(k) != sha:
+                    self._pushed(r, k, r.refs.get(k), sha)
             r.refs.update(heads)
             for other in self.repos.values():
                 for i in other.issues.values():
@@ -704,6 +710,16 @@ class FakeGitHub:
                         if p.head_sha != heads[ref]:
                             self._head_moved(i, r.git_dir, p.head_sha, heads[ref])
                         p.head_sha = heads[ref]
+
+    def _pushed(self, r: RepoState, ref: str, old: str | None, new: str) -> None:
+        """A branch update, as the repository activity API records it (server time)."""
+        kind = "branch_creation"
+        if old is not None:
+            ancestor = subprocess.run(["git", "--git-dir", str(r.git_dir), "merge-base", "--is-ancestor", old, new],
+                                      capture_output=True).returncode == 0  # fmt: skip
+            kind = "push" if ancestor else "force_push"
+        r.activity.append({"id": next(self._ids), "before": old or "0" * 40, "after": new,
+                           "ref": f"refs/{ref}", "timestamp": _now(), "activity_type": kind})  # fmt: skip
 
     def _head_moved(self, issue: IssueState, git_dir: str, old: str, new: str) -> None:
         """A push to a pull request's head branch, as GitHub's timeline records it: the new commits
@@ -1447,6 +1463,18 @@ class FakeGitHub:
         items = [self.timeline_json(r, kind, x) for kind, x in i.timeline if kind != "commented" or x in self.comments]
         chunk, headers = self._page(f"/repos/{r.full_name}/issues/{i.number}/timeline", q, items)
         return 200, chunk, headers
+
+    def _list_activity(self, p: Mapping[str, str], q: Mapping[str, list[str]], b: Any) -> Result:
+        r = self._repo(p)
+        ref = q.get("ref", [None])[0]
+        kinds = q.get("activity_type", [None])[0]
+        items = [a for a in r.activity
+                 if (ref is None or a["ref"] in (ref, f"refs/heads/{ref}")) and (kinds is None or a["activity_type"] == kinds)]  # fmt: skip
+        if q.get("direction", ["desc"])[0] == "desc":
+            items = items[::-1]
+        per_page = int(q.get("per_page", ["30"])[0])
+        out = [{**a, "node_id": f"RA_{a['id']}", "actor": self.user_json("octocat")} for a in items[:per_page]]
+        return 200, out, {}
 
     def _create_comment(self, p: Mapping[str, str], q: Any, b: Mapping[str, Any]) -> Result:
         r = self._repo(p)

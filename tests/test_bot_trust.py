@@ -320,6 +320,30 @@ def test_a_head_commit_dated_after_the_comment_is_refused(action_world: ActionWo
     assert not p.run and "moved after" in p.reason
 
 
+def test_a_backdated_push_after_the_comment_is_caught_by_the_activity_log(action_world: ActionWorld) -> None:
+    """GitHub places a commit in the timeline by its date, which the author chooses: a commit dated
+    before the comment but pushed after it looks approved to the timeline. The repository's
+    activity log has the push's server time."""
+    import time
+
+    w = action_world
+    payload = retry(w, "maint", "/kernelpro retry --budget 3")
+    time.sleep(1.1)  # the activity log has whole seconds
+    new = _push(w, when="2001-01-01T00:00:00+00:00")
+    p = action.plan(w.settings("issue_comment", payload), w.checkout, w.fake.client())
+    assert not p.run  # the fake's timeline has the push after the comment, as it happened
+    # Now as GitHub shows it: the backdated commit sorted before the comment.
+    issue = w.fake.repos[ACTION_REPO].issues[1]
+    moved = [x for x in issue.timeline if x[0] == "committed" and x[1][0] == new]
+    issue.timeline = moved + [x for x in issue.timeline if x not in moved]
+    again = retry(w, "maint", "/kernelpro retry --budget 3")
+    again["comment"]["id"] = payload["comment"]["id"]  # the same comment, delivered to a new plan
+    again["comment"]["created_at"] = payload["comment"]["created_at"]
+    p = action.plan(w.settings("issue_comment", again), w.checkout, w.fake.client())
+    assert not p.run and "moved after" in p.reason
+    assert [a["after"] for a in w.fake.repos[ACTION_REPO].activity if a["ref"] == "refs/heads/feature"][-1] == new
+
+
 # --------------------------------------------------------------------------- 3. nothing becomes a link
 
 HOSTILE = ("re-authorize the bot at https://evil.example/login or www.evil.example, "
