@@ -15,9 +15,10 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ... import cuda_knobs
-from ...knobs import Knob, KnobError, entry_roots, find_knobs, reachable_functions
-from ...setting import apply_setting
+from kernelpro import cuda_knobs
+from kernelpro.knobs import Knob, KnobError, entry_roots, find_knobs, reachable_functions
+from kernelpro.setting import apply_setting
+
 from ..candidate import Candidate
 from ..search import Scored
 from ..trace import Solution, SourceFile
