@@ -302,9 +302,30 @@ def supervise() -> None:
 
 
 def command(argv: Sequence[str], p: Policy) -> list[str]:
-    """``argv`` run confined to ``p`` under a supervisor: a fresh interpreter that needs none of
-    the orchestrator's imports."""
+    """``argv`` run confined to ``p`` under a supervisor. ``python -m MODULE ...`` (the harness)
+    confines itself in its own interpreter before it imports the module (no second interpreter to
+    start); anything else (a profiler that starts the harness, a tool) is started by a supervisor
+    of its own, a fresh interpreter that needs none of the orchestrator's imports."""
+    if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m":
+        return [sys.executable, "-c", _RUN_MODULE, p.to_json(), *argv[2:]]
     return [sys.executable, "-I", "-S", "-c", _BOOT, p.to_json(), *argv]
+
+
+def enter(policy_json: str) -> None:
+    """In a process about to run a candidate's code: supervise (unless pid 1 of a namespace, whose
+    end kills everything in it) and confine; a process that cannot be confined ends here."""
+    try:
+        if os.getpid() != 1:
+            supervise()
+        restrict(Policy.from_json(policy_json))
+    except OSError as e:
+        print(f"kernelpro confinement: {e}", file=sys.stderr, flush=True)
+        os._exit(70)
+
+
+# argv: POLICY MODULE ARGS...; the module runs as `python -m MODULE ARGS...` would run it.
+_RUN_MODULE = ("import sys\nfrom kernelpro.runner.confinement import enter\nenter(sys.argv.pop(1))\n"
+               "import runpy\nrunpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n")
 
 
 # The supervisor's interpreter imports this file alone, not kernelpro's packages (-I -S: no site,
@@ -315,11 +336,9 @@ _BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('kp_con
 
 def main(args: Sequence[str]) -> None:
     """``POLICY_JSON ARGV...``: supervise, confine, exec."""
-    p, argv = Policy.from_json(args[0]), list(args[1:])
+    enter(args[0])
+    argv = list(args[1:])
     try:
-        if os.getpid() != 1:  # pid 1 of a namespace: its end kills the namespace, the candidate is it
-            supervise()
-        restrict(p)
         os.execvp(argv[0], argv)
     except OSError as e:
         print(f"kernelpro confinement: {e}", file=sys.stderr, flush=True)
