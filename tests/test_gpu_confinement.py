@@ -6,6 +6,7 @@ Run on the GPU machine: ``pytest -m gpu tests/test_gpu_confinement.py``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 FIXTURES = Path(__file__).parent / "fixtures" / "adversarial"
 
 
-def _swiglu():  # type: ignore[no-untyped-def]
+def _swiglu() -> tuple[Any, Any, list[Any]]:
     from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
 
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
