@@ -317,10 +317,27 @@ def enter(policy_json: str) -> None:
     try:
         if os.getpid() != 1:
             supervise()
+        if os.geteuid() == 0:
+            drop_capabilities()
         restrict(Policy.from_json(policy_json))
     except OSError as e:
         print(f"kernelpro confinement: {e}", file=sys.stderr, flush=True)
         os._exit(70)
+
+
+# Capabilities no candidate, profiler or tool needs, dropped from the bounding set of a process that
+# runs as root (a root runner's ncu child): what it executes never has them. Loading a kernel module,
+# raw I/O, device nodes, the network stack, BPF would each undo any confinement. CAP_SYS_ADMIN stays:
+# ncu reads the GPU's counters with it where the driver restricts them to administrators.
+_DROPPED_CAPS = (12, 13, 16, 17, 19, 22, 25, 27, 29, 30, 32, 33, 34, 39, 40)
+PR_CAPBSET_DROP = 24
+
+
+def drop_capabilities() -> None:
+    libc = _libc()
+    for cap in _DROPPED_CAPS:
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: an older kernel
+            raise ConfinementError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap}) failed")
 
 
 # argv: POLICY MODULE ARGS...; the module runs as `python -m MODULE ARGS...` would run it.
