@@ -19,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -284,20 +284,29 @@ def _load(path: Path, cap: int) -> Any:
     return torch.load(data, weights_only=True, map_location="cpu")
 
 
-def _output_cap(req: Mapping[str, Any]) -> int:
-    """Bytes a saved output file can need for the largest workload: every output in float64 (the
-    widest), twice over for the container, plus a MiB."""
+def _output_elements(req: Mapping[str, Any], wide: bool) -> int:
+    """Elements of one call's outputs on the largest workload; ``wide``: as bytes in each output's
+    own dtype (8 where it is unknown)."""
     definition, largest = req["definition"], 0
     for w in req["workloads"]:
-        elements = 0
+        total = 0
         for spec in definition["outputs"].values():
-            n = 1
+            n = _DTYPE_BYTES.get(spec.get("dtype", ""), 8) if wide else 1
             for ax in spec.get("shape") or ():
                 a = definition["axes"][ax]
                 n *= int(a["value"]) if a["type"] == "const" else int(w["axes"][ax])
-            elements += n
-        largest = max(largest, elements)
-    return 16 * largest + (1 << 20)
+            total += n
+        largest = max(largest, total)
+    return largest
+
+
+_DTYPE_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}
+
+
+def _output_cap(req: Mapping[str, Any]) -> int:
+    """Bytes a saved output file can need for the largest workload: every output in float64 (the
+    widest), twice over for the container, plus a MiB."""
+    return 16 * _output_elements(req, wide=False) + (1 << 20)
 
 
 POOL_BYTES = 1 << 31
@@ -310,7 +319,8 @@ def _pool_size(req: Mapping[str, Any]) -> int:
     candidates (fewer where their outputs are large), so that no two candidates ever see the same
     secret seed (one could leave the seeds it saw where the next can read them: the Triton cache)."""
     c = int(req.get("checks", 0))
-    one = max(1, _output_cap(req) // 2) * max(1, len(req["workloads"])) * max(1, c)
+    wide = 2 if req.get("float64_reference") else 1
+    one = max(1, _output_elements(req, wide=True)) * wide * max(1, len(req["workloads"])) * max(1, c)
     return c * max(1, min(16, POOL_BYTES // one))
 
 
@@ -320,11 +330,12 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tu
     or why they could not be computed."""
     key = _reference_key(req)
     with _REFERENCES_LOCK:
-        if key in _REFERENCES and _POOL_USED.get(key, 0) + take <= len(_REFERENCES[key].pools[0]):
+        old = _REFERENCES.get(key)
+        if old is not None and _POOL_USED.get(key, 0) + take <= len(old.pools[0]):
             _REFERENCES.move_to_end(key)
             offset = _POOL_USED.get(key, 0)
             _POOL_USED[key] = offset + take
-            return _REFERENCES[key], offset
+            return old, offset
 
     cap = _output_cap(req)
     dice = random.SystemRandom()
@@ -332,7 +343,7 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tu
 
     def collect(work: Path, doc: Mapping[str, Any], _seconds: float) -> _Reference:
         entries = doc["workloads"]
-        return _Reference(
+        fresh = _Reference(
             trials=tuple(tuple(_load(work / "ref" / f, cap) for f in e["trials"]) for e in entries),
             float64=tuple(tuple(_load(work / "ref" / f, cap) for f in e["float64"]) for e in entries),
             checks=tuple(tuple(_load(work / "ref" / f, cap) for f in e["checks"]) for e in entries),
@@ -341,10 +352,13 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tu
             environment=doc["environment"],
             pools=pools,
         )  # fmt: skip
+        # Spent seeds only: the trials' outputs (and the reference's timing) are the same as before.
+        return fresh if old is None else replace(old, checks=fresh.checks, checks64=fresh.checks64, pools=pools)
 
-    child = run_child({**req, "mode": "reference", "check_seeds": [list(p) for p in pools]}, timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir,
-                      isolate=s.isolate_network, memory_limit_mb=_watchdog_mb(s), collect=collect,
-                      fork=s.fork_server)  # fmt: skip
+    again = {"trials": 0, "time_reference": False} if old is not None else {}
+    child = run_child({**req, **again, "mode": "reference", "check_seeds": [list(p) for p in pools]},
+                      timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir, isolate=s.isolate_network,
+                      memory_limit_mb=_watchdog_mb(s), collect=collect, fork=s.fork_server)  # fmt: skip
     if child.status != "OK" or not isinstance(child.collected, _Reference):
         return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
     with _REFERENCES_LOCK:

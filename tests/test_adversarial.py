@@ -491,3 +491,6 @@ def test_no_two_candidates_see_the_same_secret_seeds(tmp_path: Path) -> None:
     fresh = _reference_for(req, s, take=s.checks)
     assert not isinstance(fresh, str) and fresh[0] is not first and fresh[1] == 0
     assert not {x for p in fresh[0].pools for x in p} & seen
+    # Only the spent check outputs were computed again: the trials' are the same objects.
+    assert first is not None and fresh[0].trials is first.trials and fresh[0].checks is not first.checks
+    assert len(fresh[0].checks[0]) == size
