@@ -71,6 +71,7 @@ from kernelpro.setting import KnobError, apply_setting, split_setting, unified_d
 from .artifact import ArtifactError, Results, TargetResults, check_patch
 from .body import (
     BODY_LIMIT,
+    MODEL_WRITTEN,
     code_block,
     md,
     model_label,
@@ -441,7 +442,7 @@ def publish(
             None,
             None,
             "comment-only",
-            (f"{label} " if label else "") + "the pull request comes from a fork, which the bot cannot "
+            (f"{MODEL_WRITTEN} " if label else "") + "the pull request comes from a fork, which the bot cannot "
             "push to; the patch is in the comment",
             text,
             model_written=tuple(model_written),
@@ -527,5 +528,5 @@ def publish(
     reason = "opened the follow-up pull request" if action == "created" else (
         "updated the follow-up pull request (branch force-pushed)")  # fmt: skip
     if model_written:
-        reason = f"{label} {reason} as a draft"
+        reason = f"{MODEL_WRITTEN} {reason} as a draft"
     return Published(pr.html_url, branch, action, reason, None, sha, tuple(model_written))
