@@ -99,7 +99,8 @@ def usage(programmer: Programmer) -> dict[str, Any]:
     """What the report says about who wrote the candidates: the name, and for programmers that count
     their work (the llm one: model, endpoint host, requests, tokens, retries, errors), those counts."""
     counts = getattr(programmer, "usage", None)
-    return {"name": programmer.name, **(counts().to_json() if callable(counts) else {})}
+    name = getattr(programmer, "name", None) or type(programmer).__name__  # a test's stand-in may have none
+    return {"name": name, **(counts().to_json() if callable(counts) else {})}
 
 
 def load(name: str, settings: object) -> Programmer:
