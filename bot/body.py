@@ -40,7 +40,9 @@ __all__ = [
     "model_label",
     "render_body",
     "render_job_summary",
+    "render_comment",
     "render_no_pr_comment",
+    "render_summary_comment",
 ]
 
 BODY_LIMIT = 65_536
@@ -506,38 +508,116 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
     return body
 
 
-def render_no_pr_comment(results: Results, *, run_url: str | None = None) -> str:
-    """The sticky comment when no kernel has a verified winner: the baseline stands, and why."""
-    url = _safe_url(run_url)
-    rows = []
-    for t in results.targets:
-        if t.winner is not None:
-            rows.append({"name": _name(t), "result": f"{_x(t.winner.speedup)} faster, verified",
-                         "reason": "see the follow-up pull request"})  # fmt: skip
-            continue
-        reason = md(t.stop_reason, 300)
+def render_no_pr_comment(results: Results, *, run_url: str | None = None, pr_number: int | None = None,
+                         head_sha: str = "", base_sha: str = "") -> str:  # fmt: skip
+    """The sticky comment when no kernel has a verified winner: the baseline stands, and why
+    (the same summary as :func:`render_summary_comment`, with no follow-up pull request)."""
+    return render_summary_comment(results, pr_number=pr_number, head_sha=head_sha, base_sha=base_sha,
+                                  run_url=run_url, reason="no candidate beat the pull request's kernel by "
+                                  "the verified margin")  # fmt: skip
+
+
+def render_comment(state: str, **ctx: Any) -> str:
+    """A sticky-comment state from ``comment.md.j2`` (queued, running, failed, done, summary, fork).
+
+    Every value in ``ctx`` must already be escaped (:func:`md`, :func:`code_block`, a safe URL):
+    the template adds no escaping of its own, exactly like the PR body's."""
+    base: dict[str, Any] = {"model_label": None, "n": 0, "i": 0, "evaluations": 0, "best": "", "reason": "",
+                            "pr_url": None, "run_url": None}  # fmt: skip
+    return _fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
+
+
+def _short_base(t: TargetResults) -> str:
+    bb = t.base_branch
+    if bb is None:
+        return "no different version on the base branch"
+    if bb.status != "PASSED":
+        return f"base branch's kernel did not pass ({md(bb.status, 60)})"
+    if not bb.speedup_vs_head:
+        return "not compared"
+    rel = 1.0 / bb.speedup_vs_head
+    reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
+    if reading == "slower":
+        return f"**the PR made it slower** ({_x(rel)} the base's speed)"
+    if reading == "faster":
+        return f"the PR made it faster ({_x(rel)})"
+    return f"on par ({_x(rel)})"
+
+
+def _floor_pct(t: TargetResults) -> str:
+    s = t.stage1
+    if s is None:
+        return "n/a (no GPU profile)" if t.gpu_timings else "n/a (no GPU)"
+    cand = {w.uuid: w.candidate_ms for w in t.winner.workloads} if t.winner else {}
+    after = [100.0 * r.floor_ms / cand[r.uuid] for r in s.workloads if r.floor_ms is not None and cand.get(r.uuid)]
+    before = [r.pct_of_roofline for r in s.workloads if r.pct_of_roofline is not None]
+    xs, who = (after, "") if after else (before, " (PR's kernel)")
+    if not xs:
+        return "n/a"
+    lo, hi = min(xs), max(xs)
+    return (_pct(lo) if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %") + who
+
+
+def _energy_cell(t: TargetResults) -> str | None:
+    ratios = [x.energy_ratio for x in (t.winner.workloads if t.winner else ()) if x.energy_ratio]
+    g = _geomean(r for r in ratios if r is not None)
+    return None if g is None else f"x{g:.2f} per call (NVML)"
+
+
+def _summary_row(t: TargetResults) -> dict[str, Any]:
+    w = t.winner
+    speedup, why = "n/a", ""
+    if w is not None:
+        lows = [x.speedup_low if x.speedup_low is not None else x.speedup for x in w.workloads]
+        highs = [x.speedup_high if x.speedup_high is not None else x.speedup for x in w.workloads]
+        speedup = f"**{_x(w.speedup)}**" + (f" ({_x(min(lows))}-{_x(max(highs))})" if lows and highs else "")
+        verdict = "faster, verified" if t.gpu_timings else "verified; CPU interpreter timing"
+    else:
+        verdict = "the baseline stands"
+        why = md(t.stop_reason, 300)
         if t.baseline_status not in ("PASSED", "CONFIG_ERROR"):  # CONFIG_ERROR: its reason blames the configuration
-            reason = f"the PR's kernel fails verification ({md(t.baseline_status, 40)}): {reason}"
-        failed = [f"{md(g.solution, 60)} ({md(g.reason, 120)})" for g in t.gates if not g.passed][
-            :3
-        ]
+            why = f"the PR's kernel fails verification ({md(t.baseline_status, 40)}): {why}"
+        failed = [f"{md(g.solution, 60)} ({md(g.reason, 120)})" for g in t.gates if not g.passed][:3]
         if failed:
-            reason += "; failed the final gate: " + "; ".join(failed)
+            why += "; failed the final gate: " + "; ".join(failed)
         elif t.baseline_status == "PASSED":
-            reason += "; no candidate passed verification and beat the PR's kernel"
-        rows.append({"name": _name(t), "result": "the baseline stands", "reason": reason})
-    lines = ["**kernelpro: the baseline stands.** No candidate beat the pull request's kernel by the "
-             "verified margin, so there is no follow-up pull request.", ""]  # fmt: skip
-    if any(not t.gpu_timings for t in results.targets):
-        lines += [
-            "> **These timings are not GPU timings** (no GPU: Triton's interpreter on the CPU).",
-            "",
-        ]
-    lines += ["| kernel | result | reason |", "|---|---|---|"]
-    lines += [f"| `{r['name']}` | {r['result']} | {r['reason']} |" for r in rows]
-    if url:
-        lines += ["", f"Full reports: [results artifact]({url}#artifacts)."]
-    return _fit("\n".join(lines) + "\n")
+            why += "; no candidate passed verification and beat the PR's kernel"
+    return {"name": _name(t), "verdict": verdict, "speedup": speedup, "floor": _floor_pct(t),
+            "energy": _energy_cell(t) or "not measured", "base": _short_base(t), "why": why,
+            "measured_energy": _energy_cell(t) is not None}  # fmt: skip
+
+
+def render_summary_comment(results: Results, *, pr_number: int | None = None, head_sha: str = "",
+                           base_sha: str = "", pr_url: str | None = None, reason: str | None = None,
+                           run_url: str | None = None, model_written: Sequence[str] = (),
+                           follow_note: str = "") -> str:  # fmt: skip
+    """The final sticky comment: a headline (never a speed claim from a non-GPU run), what was
+    compared, per kernel the verdict, speedup with its range, % of the roofline floor, energy
+    when measured and the PR-vs-base verdict, then the follow-up PR, the run and its artifact.
+    ``reason``: untrusted text (escaped here); ``follow_note``: already-escaped text."""
+    rows = [_summary_row(t) for t in results.targets]
+    winners = [t for t in results.winners if t.winner is not None]
+    gpu_winners = [t for t in winners if t.gpu_timings]
+    if gpu_winners:
+        g = _geomean(t.winner.speedup for t in gpu_winners if t.winner is not None)
+        names = ", ".join(f"`{_name(t)}`" for t in gpu_winners[:5]) + (" and more" if len(gpu_winners) > 5 else "")
+        headline = f"kernelpro makes {names} {_x(g)} faster" + (" (geometric mean)" if len(gpu_winners) > 1 else "")
+    elif winners:
+        headline = ("kernelpro found verified candidates in Triton's CPU interpreter: they are correct, "
+                    "and their speed on a GPU is unknown")  # fmt: skip
+    else:
+        headline = "kernelpro: the baseline stands"
+    head = head_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", head_sha or "") else ""
+    base = base_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", base_sha or "") else ""
+    url = _safe_url(pr_url)
+    return render_comment(
+        "summary", headline=headline, rows=rows, energy=any(r["measured_energy"] for r in rows),
+        cpu=[_name(t) for t in results.targets if not t.gpu_timings],
+        compared=pr_number is not None and bool(head), pr=int(pr_number or 0),
+        head_sha=head[:12], base_sha=base[:12], pr_url=url, follow_note=follow_note,
+        reason=md(reason, 500) if reason and not url else "", run_url=_safe_url(run_url),
+        model_label=model_label(model_written) if model_written else None,
+    )
 
 
 def render_job_summary(results: Results, model_written: Sequence[str] = ()) -> str:

@@ -26,7 +26,7 @@ from github.Issue import Issue
 from github.IssueComment import IssueComment
 from github.Repository import Repository
 
-from .body import BODY_LIMIT, _safe_url, md
+from .body import BODY_LIMIT, _safe_url, md, render_comment
 
 __all__ = [
     "DEFAULT_MARKER",
@@ -243,29 +243,6 @@ def progress_body(
     n = max(int(kernels), 0)
     i = min(max(int(kernel_i), 0), n)
     evals = max(int(evaluations), 0)
-    lines = ["### kernelpro", ""]
-    if state == "queued":
-        k = f"{n} kernel(s)" if n else "the changed kernels"
-        lines.append(f"**Queued**: {k} will be optimized once a GPU runner is free.")
-    elif state == "running":
-        lines.append(f"**Optimizing kernel {i}/{n}**")
-        lines += [
-            "",
-            "| evaluations | best verified speedup so far |",
-            "|---|---|",
-            f"| {evals} | {_speedup(best_speedup)} |",
-        ]
-    elif state == "done":
-        lines.append(f"**Done**: {n} kernel(s), {evals} evaluation(s), best verified speedup "
-                     f"{_speedup(best_speedup)}.")  # fmt: skip
-        url = _safe_url(pr_url)
-        lines.append("")
-        if url:
-            lines.append(f"Follow-up pull request: {url}")
-        else:
-            why = md(reason, 500) if reason else "no verified improvement"
-            lines.append(f"No follow-up pull request: {why}.")
-    else:
-        why = md(reason, 500) if reason else "an unexpected error"
-        lines.append(f"**Stopped** at kernel {i}/{n} after {evals} evaluation(s): {why}.")
-    return "\n".join(lines) + "\n"
+    why = md(reason, 500) if reason else ("no verified improvement" if state == "done" else "an unexpected error")
+    return render_comment(str(state), n=n, i=i, evaluations=evals, best=_speedup(best_speedup),
+                          pr_url=_safe_url(pr_url), reason=why)  # fmt: skip

@@ -76,8 +76,9 @@ from .body import (
     md,
     model_label,
     render_body,
-    render_job_summary,
+    render_comment,
     render_no_pr_comment,
+    render_summary_comment,
 )
 from .comment import StickyComment
 
@@ -122,7 +123,7 @@ def branch_for(pr_number: int) -> str:
 
 
 def title_for(results: Results, pr_number: int) -> str:
-    """``kernelpro: <speedup>x faster <kernels> for #<N>``."""
+    """``kernelpro: <speedup>x faster <kernels> for #<N>``; a run without a GPU claims no speed."""
     winners = results.winners
     speedups = [t.winner.speedup for t in winners if t.winner is not None]
     if not speedups:
@@ -134,6 +135,10 @@ def title_for(results: Results, pr_number: int) -> str:
         x = f"{geo:.2f}x (geometric mean)"
     names = [re.sub(r"[^A-Za-z0-9._-]", "", t.name) for t in winners]
     suffix = f" for #{int(pr_number)}"
+    if not all(t.gpu_timings for t in winners):
+        # Timed in Triton's CPU interpreter: correct, but no speed on a GPU can be claimed.
+        kernels = ", ".join(names) if len(names) <= 3 else f"{len(names)} kernels"
+        return f"kernelpro: verified launch settings for {kernels}{suffix} (CPU interpreter, GPU speed unknown)"[:_TITLE_MAX]
     kernels = ", ".join(names)
     if len(f"kernelpro: {x} faster {kernels}{suffix}") > _TITLE_MAX:
         kernels = f"{len(names)} kernels"
@@ -246,24 +251,18 @@ def recompute(g: _Git, head_sha: str, t: TargetResults, files: Sequence[str],
 # --------------------------------------------------------------------------- comments
 
 
-def _fork_comment(results: Results, body: str, patch: str, pr_number: int, label: str = "") -> str:
-    intro = (f"{label}\n\n" if label else "") + (
-        "**kernelpro found a faster kernel**, but this pull request comes from a fork, which the "
-        "bot cannot push to, so there is no follow-up pull request. To take the optimization, "
-        "apply the verified patch below to your branch (`git apply kernelpro.diff`) and push."
-    )
-    block = (
-        f"<details><summary>The patch (against the head of #{int(pr_number)})</summary>\n\n"
-        f"{code_block(patch, 'diff')}\n\n</details>"
-    )
-    summary = render_job_summary(results)
-    for report in (body, summary):
-        text = f"{intro}\n\n{block}\n\n{report}"
+def _fork_comment(results: Results, patch: str, pr_number: int, label: str = "", *,
+                  head_sha: str = "", run_url: str | None = None) -> str:  # fmt: skip
+    """The sticky comment of a fork's pull request: the patch to apply and the same summary as any
+    final comment (never the follow-up PR's body, which speaks of a pull request that does not exist)."""
+    summary = render_summary_comment(results, pr_number=pr_number, head_sha=head_sha, run_url=run_url)
+    summary = summary.split("\n", 2)[2] if summary.startswith("### kernelpro\n") else summary
+    for block in (code_block(patch, "diff"), ""):
+        text = render_comment("fork", pr=int(pr_number), patch=block, summary=summary,
+                              model_label=label or None)  # fmt: skip
         if len(text) <= _BUDGET:
             return text
-    note = "*(The patch is too long for a comment: it is `patch.diff` in the results artifact.)*"
-    text = f"{intro}\n\n{note}\n\n{summary}"
-    return text if len(text) <= _BUDGET else text[:_BUDGET]
+    return text[:_BUDGET]
 
 
 def _post(sticky: StickyComment | None, text: str) -> None:
@@ -386,7 +385,7 @@ def publish(
     branch = branch_for(n)
 
     if not results.winners:
-        text = render_no_pr_comment(results, run_url=run_url)
+        text = render_no_pr_comment(results, run_url=run_url, pr_number=n, head_sha=pr_head_sha)
         _post(sticky, text)
         return Published(None, None, "comment-only", "no candidate beat the PR's kernel", text)
 
@@ -435,8 +434,7 @@ def publish(
     title = title_for(results, n)
 
     if is_fork:
-        text = _fork_comment(results, body.replace(f"{label}\n\n", "", 1) if label else body,
-                             results.patch, n, label)
+        text = _fork_comment(results, results.patch, n, label, head_sha=pr_head_sha, run_url=run_url)
         _post(sticky, text)
         return Published(
             None,

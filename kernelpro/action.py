@@ -549,14 +549,12 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
         raise ActionError(why) from e
     _summary(settings, render_job_summary(results, published.model_written))
     if published.action != "comment-only":  # comment-only outcomes were posted by publish()
-        best = max((t.winner.speedup for t in results.winners if t.winner is not None), default=None)
-        done = progress_body("done", kernel_i=len(results.targets), kernels=len(results.targets),
-                             evaluations=sum(t.evaluations for t in results.targets), best_speedup=best,
-                             pr_url=published.pr_url, reason=published.reason)  # fmt: skip
-        if published.model_written:  # the sticky comment leads with it too
-            from kernelpro.bot.body import model_label
+        from kernelpro.bot.body import render_summary_comment
 
-            done = f"{model_label(published.model_written)}\n\n{done}"
+        # The model label (when a model wrote a patch) leads the sticky comment too.
+        done = render_summary_comment(results, pr_number=trigger.pr, head_sha=head_sha, base_sha=pr.base.sha,
+                                      pr_url=published.pr_url, reason=published.reason,
+                                      run_url=settings.run_url or None, model_written=published.model_written)  # fmt: skip
         try:
             sticky.update(done, force=True)
         except CommentError as e:

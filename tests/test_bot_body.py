@@ -218,12 +218,36 @@ def test_no_pr_comment(gpu: Results) -> None:
                                gates=(Gate("swiglu-abc", False, 1.01, "slower than 1.03x on M=4096"),))  # fmt: skip
     c = render_no_pr_comment(dataclasses.replace(gpu, targets=(lost,)), run_url=RUN)
     assert "the baseline stands" in c
-    assert (
-        "| `swiglu` | the baseline stands | budget spent; failed the final gate: swiglu-abc (slower than 1.03x on M=4096) |"
-        in c
-    )
-    assert f"({RUN}#artifacts)" in c
+    assert "| `swiglu` | the baseline stands | n/a | 26-27 % (PR's kernel) |" in c
+    assert "- `swiglu`: budget spent; failed the final gate: swiglu-abc (slower than 1.03x on M=4096)" in c
+    assert f"({RUN}#artifacts)" in c and f"[Workflow run]({RUN})" in c
     assert len(c) <= BODY_LIMIT
+
+
+def test_summary_comment_is_a_full_report(gpu: Results, cpu: Results) -> None:
+    """The final sticky comment: verdict, speedup with range, % of floor, PR vs base, links."""
+    from kernelpro.bot.body import render_summary_comment
+
+    pr_url = "https://github.com/acme/kernels/pull/9"
+    c = render_summary_comment(gpu, pr_number=7, head_sha=SHA, base_sha="f" * 40, pr_url=pr_url, run_url=RUN)
+    assert "**kernelpro makes `swiglu` 3.55x faster**" in c
+    assert "Comparing #7 (`0123456789ab`) with its base (`ffffffffffff`)" in c
+    assert "| `swiglu` | faster, verified | **3.55x** (3.33x-3.77x) | 90-100 % | no different version on the base branch |" in c
+    assert f"**Follow-up pull request:** {pr_url}" in c and f"({RUN}#artifacts)" in c
+    assert "energy" not in c.split("| kernel |", 1)[1].split("\n", 1)[0]  # no energy column when not measured
+    assert "not GPU timings" not in c
+    # Without a GPU: no speed claim in the headline, and the caveat.
+    c = render_summary_comment(cpu, pr_number=7, head_sha=SHA, pr_url=pr_url, run_url=RUN)
+    assert "faster**" not in c and "CPU interpreter" in c and "**These timings are not GPU timings.**" in c
+    assert "verified; CPU interpreter timing" in c
+
+
+def test_title_claims_no_speed_without_a_gpu(gpu: Results, cpu: Results) -> None:
+    from kernelpro.bot.publish import title_for
+
+    assert title_for(gpu, 7) == "kernelpro: 3.55x faster swiglu for #7"
+    t = title_for(cpu, 7)
+    assert "faster" not in t and "CPU interpreter" in t and t.endswith("(CPU interpreter, GPU speed unknown)")
 
 
 def test_job_summary(gpu: Results) -> None:
