@@ -234,6 +234,15 @@ def test_the_first_prompt_holds_what_the_judge_uses(target: Target, repo_root: P
     assert "wgmma" not in user and "TMA" not in notes and "memory-bound kernel should approach" in notes
 
 
+def test_the_h200s_ceilings_are_not_shown_as_another_gpus() -> None:
+    from kernelpro.runner.programmers.llm import gpu_hint
+
+    h200 = default_ceilings("NVIDIA H200", ["float32"])  # roofline's defaults are the H200's, whatever the GPU
+    assert "measured ceilings: 4250 GB/s" in gpu_hint("NVIDIA H200", "triton", tensor=False, ceilings=h200)[0]
+    a100 = gpu_hint("NVIDIA A100-SXM4-80GB", "triton", tensor=False, ceilings=default_ceilings("NVIDIA A100", ["float32"]))
+    assert a100[0].startswith("A100: 108 SMs, ~2 TB/s") and "4250" not in a100[0]
+
+
 def test_a_matrix_product_keeps_its_tensor_core_notes(target: Target, repo_root: Path) -> None:
     gemm = dataclasses.replace(target, definition=dataclasses.replace(target.definition, op_type="gemm"))
     user = _user(gemm, parent_of(gemm, repo_root))

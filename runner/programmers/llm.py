@@ -144,8 +144,11 @@ def gpu_hint(gpu_name: str, language: str, *, tensor: bool = True, ceilings: Any
     if a is None:
         return []
     upper = gpu_name.upper()
-    sku = next((f"{key}: {facts}" for key, facts in _GPU_FACTS.items() if key in upper), None)
-    if sku is not None and ceilings is not None:
+    key = next((k for k in _GPU_FACTS if k in upper), None)
+    sku = f"{key}: {_GPU_FACTS[key]}" if key else None
+    # roofline.default_ceilings are the H200's whatever the GPU: on another part the datasheet says more.
+    measured_here = ceilings is not None and (ceilings.source == "measured" or key is not None and key in ceilings.source)
+    if sku is not None and ceilings is not None and measured_here:
         sms = sku.split(",")[0]
         sku = (f"{sms}; measured ceilings: {ceilings.bandwidth_gbs:.0f} GB/s DRAM (read + write), "
                f"{ceilings.flops_tflops:.0f} TFLOP/s for this kernel's datatype ({ceilings.source}). The datasheet's "
