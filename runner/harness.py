@@ -148,25 +148,37 @@ def _is_compile_error(exc: BaseException) -> bool:
     )
 
 
-def _check_primitives() -> None:
+_GUARD: list[Any] = []  # filled at the end of this module: what _check_primitives compares against
+
+
+def _check_primitives(_guard: list[Any] = _GUARD) -> None:
     """Refuse a candidate that replaced a timing (or checking) primitive, or any of the harness's own
     names (its captured references ``_perf_counter``, ``_record``, ... rebound through sys.modules or
-    a frame's globals), a function's code, or that left a torch function/dispatch mode or a Python
-    override of an aten kernel in place: its times and outputs would be lies. In-process checks only
-    raise the bar: the parent's own clock (runner/timekeeper.py) is what makes such tampering useless."""
-    for owner, name, original in _PRIMITIVES:
+    a frame's globals), a function's code or defaults, or that left a torch function/dispatch mode or
+    a Python override of an aten kernel in place: its times and outputs would be lies.
+
+    The loops that time call it (and the primitives) through references bound when they were
+    defined, before any candidate ran, so rebinding the module's names changes nothing they do and
+    is refused here. In-process checks only raise the bar: the parent's own clock
+    (runner/timekeeper.py) is what makes deeper tampering useless."""
+    try:
+        (own, methods, primitives, mine), = _guard
+    except (TypeError, ValueError):
+        raise CandidateError("RUNTIME_ERROR", "HARNESS_TAMPERED: the harness's own record of itself was "
+                             "changed; a kernel must not touch the harness") from None  # fmt: skip
+    for owner, name, original in primitives:
         if getattr(owner, name, None) is not original:
             where = getattr(owner, "__name__", type(owner).__name__)
             raise CandidateError("RUNTIME_ERROR", f"HARNESS_TAMPERED: the candidate replaced {where}.{name}, which "
                                  "the harness times and checks with; a kernel must not touch the harness")  # fmt: skip
-    mine = _HARNESS_GLOBALS
-    for name, (obj, code, defaults) in _OWN.items():
+    for name, (obj, code, defaults) in own:
         if mine.get(name) is not obj or getattr(obj, "__code__", None) is not code or \
                 getattr(obj, "__defaults__", None) is not defaults:  # fmt: skip
             raise CandidateError("RUNTIME_ERROR", f"HARNESS_TAMPERED: the candidate rebound or rewrote the harness's "
                                  f"own {name!r}; a kernel must not touch the harness")  # fmt: skip
-    for (cls, name), (fn, code) in _METHODS.items():
-        if cls.__dict__.get(name) is not fn or getattr(fn, "__code__", None) is not code:
+    for (cls, name), (fn, code, defaults) in methods:
+        if cls.__dict__.get(name) is not fn or getattr(fn, "__code__", None) is not code or \
+                getattr(fn, "__defaults__", None) is not defaults:  # fmt: skip
             raise CandidateError("RUNTIME_ERROR", f"HARNESS_TAMPERED: the candidate rewrote the harness's own "
                                  f"{cls.__name__}.{name}; a kernel must not touch the harness")  # fmt: skip
     if _modes() or len(_library_impls) != _IMPLS[0]:
@@ -214,7 +226,8 @@ def _plain(values: Sequence[Any]) -> None:
 # --------------------------------------------------------------------------- build
 
 
-def _build(solution: Mapping[str, Any], root: Path) -> Callable[..., Any]:
+def _build(solution: Mapping[str, Any], root: Path,
+           _check_primitives: Callable[[], None] = _check_primitives) -> Callable[..., Any]:  # fmt: skip
     src_root = root / "src"
     for f in solution["sources"]:
         p = src_root / PurePosixPath(f["path"])
@@ -373,7 +386,8 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor], dps: bool) -> tuple[Any, ...]:
+def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor], dps: bool,
+          _plain: Callable[[Sequence[Any]], None] = _plain, _data_ptr: Any = _data_ptr) -> tuple[Any, ...]:  # fmt: skip
     """One call; what it returns is checked to be results, not promises of them (``_plain``)."""
     if dps:
         where = [(_data_ptr(o), o.shape, o.stride()) for o in outputs]
@@ -388,7 +402,7 @@ def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor]
     return got
 
 
-def _snapshot(values: Sequence[Any]) -> list[Any]:
+def _snapshot(values: Sequence[Any], _clone_tensor: Any = _clone_tensor) -> list[Any]:
     """A copy ordered on the current stream right after the call returned, before any device-wide
     synchronisation: work the candidate left running on a side stream or thread is not in it."""
     return [_clone_tensor(v.detach()) if isinstance(v, torch.Tensor) else v for v in values]
@@ -432,7 +446,7 @@ def _save(values: Sequence[Any], path: Path) -> str:
     return path.name
 
 
-def _sync(device: str) -> None:
+def _sync(device: str, _synchronize: Any = _synchronize) -> None:
     if device == "cuda":
         _synchronize()
 
@@ -481,7 +495,8 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
 
 
 def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], wi: int,
-                   workdir: Path) -> dict[str, Any]:  # fmt: skip
+                   workdir: Path, _check_primitives: Callable[[], None] = _check_primitives,
+                   _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync) -> dict[str, Any]:  # fmt: skip
     """Run every trial twice (NaN poison, then a finite one) and save both outputs; then time."""
     definition, device = req["definition"], req["device"]
     dps = req["solution"]["spec"].get("destination_passing_style", True)
@@ -633,7 +648,8 @@ class _Commits:
         self.slots: dict[int, Sequence[Any]] = {}  # call -> its outputs, until answered
         self.kept: dict[int, list[Any]] = {}
 
-    def commit(self, i: int, outputs: Sequence[Any]) -> None:
+    def commit(self, i: int, outputs: Sequence[Any], _record: Any = _record, _Event: Any = _Event,
+               _digest: Any = _digest) -> None:  # fmt: skip
         self.slots[i] = outputs
         if self.channel is None:
             self.answered.add(i)
@@ -648,7 +664,8 @@ class _Commits:
             sums = host
         self.pending.append((i, sums, scalars, event))
 
-    def pump(self, wait_for: int | None = None) -> None:
+    def pump(self, wait_for: int | None = None, _query: Any = _query, _event_sync: Any = _event_sync,
+             _snapshot: Any = _snapshot) -> None:  # fmt: skip
         """Send the digests that are ready and take the answers that came; with ``wait_for``, block
         until the parent has answered for that call."""
         if self.channel is None:
@@ -681,7 +698,11 @@ class _Commits:
 
 
 def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], device: str, dps: bool,
-          checks: tuple[Path, int, list[str]] | None, kind: str = "time") -> dict[str, Any]:  # fmt: skip
+          checks: tuple[Path, int, list[str]] | None, kind: str = "time",
+          _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call, _record: Any = _record,
+          _elapsed: Any = _elapsed, _synchronize: Any = _synchronize, _perf_counter: Any = _perf_counter,
+          _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot, _summary: Any = _summary,
+          _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:  # fmt: skip
     """Median of per-call times (each call, or with ``timing.graphs`` each CUDA graph replay of it).
 
     Inputs rotate among buffer sets re-randomised in place before every call (same pointers, new
@@ -778,7 +799,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     return summary
 
 
-def graph_of(fn: Callable[..., Any], calls: Sequence[tuple[list[Any], list[Any]]], dps: bool) -> tuple[Any, tuple[Any, ...]]:
+def graph_of(fn: Callable[..., Any], calls: Sequence[tuple[list[Any], list[Any]]], dps: bool,
+             _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
     """``calls`` (inputs, outputs), in order, captured as one CUDA graph after a warm-up of the same
     calls on a side stream (as capture asks): the graph and what its last call returns. Raises what
     the capture raised (a candidate that synchronises, copies to the host, ...)."""
@@ -1092,9 +1114,11 @@ _OWN: dict[str, tuple[Any, Any, Any]] = {
     if not k.startswith("__") and k not in ("_STARTED", "_STARTED_WALL", "_CHANNEL", "_name")
     and not isinstance(v, (list, dict, set))
 }
-_METHODS: dict[tuple[type, str], tuple[Any, Any]] = {  # checked as _OWN is: rebinding a method is rebinding
-    (cls, k): (f, f.__code__) for cls in (_Channel, _Commits) for k, f in vars(cls).items() if hasattr(f, "__code__")
+_METHODS: dict[tuple[type, str], tuple[Any, Any, Any]] = {  # checked as _OWN is: rebinding a method is rebinding
+    (cls, k): (f, f.__code__, f.__defaults__)
+    for cls in (_Channel, _Commits) for k, f in vars(cls).items() if hasattr(f, "__code__")
 }
+_GUARD.append((tuple(_OWN.items()), tuple(_METHODS.items()), _PRIMITIVES, _HARNESS_GLOBALS))
 
 if __name__ == "__main__":
     code = main(sys.argv[1:])
