@@ -268,7 +268,7 @@ def _energy_row(t: TargetResults) -> str:
         if x.baseline_energy_j is not None or x.candidate_energy_j is not None
     ]
     if not rows:
-        return NOT_MEASURED
+        return ""  # energy was off: say nothing rather than "not measured"
     return "; ".join(
         f"{md(x.axes, 80)}: {_energy(x.baseline_energy_j)} -> {_energy(x.candidate_energy_j)}"
         + _energy_ratio(x)
@@ -296,13 +296,36 @@ def _chart(t: TargetResults) -> str | None:
     xs = ", ".join(str(p.evaluation) for p in pts)
     ys = ", ".join(f"{p.best_speedup:.3f}" for p in pts)
     return ("```mermaid\nxychart-beta\n"
-            '    title "Best verified speedup by evaluation"\n'
+            '    title "Best speedup found by the search (search-time timings)"\n'
             f'    x-axis "evaluation" [{xs}]\n'
             f'    y-axis "speedup (x)" 0 --> {ymax:g}\n'
             f"    line [{ys}]\n```")  # fmt: skip
 
 
-def _kernel(t: TargetResults, head_sha: str) -> dict[str, Any]:
+_RUN = re.compile(r"https?://[^/]+/([A-Za-z0-9._-]+/[A-Za-z0-9._-]+)/actions/runs/([0-9]+)(?:/.*)?")
+
+
+def _repro(name: str, head_sha: str, base_sha: str, run_url: str | None, evaluations: int) -> str:
+    """Commands that run as written: the real run, artifact pattern, head and base (no placeholders),
+    and an evaluation that prints baseline, candidate and speedup per workload."""
+    m = _RUN.fullmatch(run_url or "")
+    lines = []
+    if m:
+        lines += [f"gh run download {m.group(2)} -R {m.group(1)} --pattern 'kernelpro-result-*' --dir kernelpro-results",
+                  f"cd \"$(dirname \"$(find kernelpro-results -path '*/{name}/baseline.json' | head -n 1)\")\""]  # fmt: skip
+    else:
+        lines += [f"cd results/{name}   # the results folder of a local `kernelpro optimize --out results`"]
+    lines += ["kernelpro evaluate --definition definition.json --solution solution.json --baseline baseline.json "
+              "--workloads workloads.jsonl --out check.jsonl   # prints baseline ms, candidate ms, speedup"]  # fmt: skip
+    if base_sha:
+        lines += ["# or search again from the PR head, in a clone of the repository:",
+                  f"git fetch origin {head_sha} {base_sha}",
+                  f"kernelpro optimize --repo . --base {base_sha} --head {head_sha} --kernel {name} "
+                  f"--budget {max(evaluations, 1)} --out results"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | None = None) -> dict[str, Any]:
     w = t.winner
     name = _name(t)
     statuses = ", ".join(f"{md(k, 40)} {v}" for k, v in t.statuses) or "none"
@@ -408,17 +431,7 @@ def _kernel(t: TargetResults, head_sha: str) -> dict[str, Any]:
         "chart": _chart(t),
         "curve_len": len(t.curve),
         "search": search,
-        "by_stage": ", ".join(f"{md(k, 30)} {v:g} s" for k, v in t.seconds_by_stage),
-        "repro": code_block(
-            f"gh run download <run-id> -n <artifact>   # the results artifact of this run\n"
-            f"cd <artifact>/{t.name}\n"
-            "kernelpro evaluate --definition definition.json --solution solution.json "
-            "--workloads workloads.jsonl --out check.jsonl\n"
-            f"# or search again from the PR head:\n"
-            f"kernelpro optimize --repo . --base <base> --head {head_sha} --kernel {t.name} "
-            f"--budget {max(t.evaluations, 1)} --out results",
-            "bash",
-        ),  # fmt: skip
+        "repro": code_block(_repro(name, head_sha, base_sha, run_url, t.evaluations), "bash"),
         "provenance": {
             "kernelpro": md(t.kernelpro_version, 40),
             "gpu": md(t.hardware, 100),
@@ -460,12 +473,13 @@ def _env() -> jinja2.Environment:
 
 def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str | None,
                 kernelpro_version: str, programmer: str, model: str | None,
-                model_written: Sequence[str] = ()) -> str:  # fmt: skip
+                model_written: Sequence[str] = (), base_sha: str = "") -> str:  # fmt: skip
     """The follow-up PR's body, always within :data:`BODY_LIMIT` characters (see the module doc).
     ``model_written``: targets whose patch a model wrote (publish could not derive it), named in
     the first line by :func:`model_label`."""
     # Only a hex SHA goes into the text (and the reproduction command); anything else is a bug upstream.
     head = head_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", head_sha) else "unknown"
+    base = base_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", base_sha or "") else ""
     url = _safe_url(run_url)
     ctx: dict[str, Any] = {
         "pr": int(pr_number),
@@ -479,7 +493,7 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
         "headlines": [_headline(t) for t in results.targets],
         "n_targets": len(results.targets),
         "cpu": [_name(t) for t in results.targets if not t.gpu_timings],
-        "kernels": [_kernel(t, head) for t in results.targets],
+        "kernels": [_kernel(t, head, base, url) for t in results.targets],
         "not_measured": NOT_MEASURED,
         "model_label": model_label(model_written) if model_written else None,
     }

@@ -363,6 +363,7 @@ def publish(
     programmer: str = "unknown",
     model: str | None = None,
     retry: bool = False,
+    base_sha: str = "",
 ) -> Published:
     """Publish ``results`` for PR ``pr_number`` (see the module docstring for every case).
 
@@ -374,6 +375,7 @@ def publish(
     workflow configuration (never the artifact): anything but ``llm`` means every winner's patch
     must be the one its parameters give, and any other is refused.
     ``base_branch_of_pr`` is the branch the PR targets, named in the commit message.
+    ``base_sha``: the PR's base commit, for the reproduction commands.
     ``retry``: the run comes from ``/kernelpro retry`` (a writer's explicit request), which
     publishes again after a declined (closed unmerged) follow-up PR.
     Raises :class:`PublishError` (git or GitHub failures, a patch that does not apply) and
@@ -430,7 +432,7 @@ def publish(
 
     body = render_body(results, pr_number=n, head_sha=pr_head_sha, run_url=run_url,
                        kernelpro_version=kernelpro_version, programmer=programmer,
-                       model=model, model_written=model_written)  # fmt: skip
+                       model=model, model_written=model_written, base_sha=base_sha)  # fmt: skip
     title = title_for(results, n)
 
     if is_fork:

@@ -534,7 +534,7 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
                             # Who wrote the candidates, from the workflow's configuration (never the
                             # artifact): anything but llm makes publish refuse a patch it cannot recompute.
                             programmer=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"),
-                            retry=trigger.kind == "retry")  # fmt: skip
+                            retry=trigger.kind == "retry", base_sha=pr.base.sha)  # fmt: skip
     except Exception as e:
         # Say it where the maintainer looks; the artifact still holds everything, so a rerun publishes.
         why = explain(e, "publishing") if isinstance(e, GithubException) else f"publishing failed: {e}"

@@ -97,6 +97,24 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         print(outcome.log.strip()[-1500:], file=sys.stderr)
     for k, v in outcome.environment.get("sandbox", {}).items():
         print(f"sandbox {k}: {v}", file=sys.stderr)
+    if args.baseline:
+        # The same checks and timing for the baseline, then baseline, candidate and speedup side by side.
+        base_sol = load_solution(args.baseline)
+        base_out = evaluate(definition, base_sol, workloads, Tolerance(args.atol, args.rtol), es)
+        base_lines = traces(definition, base_sol, workloads, base_out)
+        append_jsonl(args.out, [t.to_json() for t in base_lines])
+        base_ms = {t.workload.uuid: t.evaluation.performance.latency_ms for t in base_lines
+                   if t.evaluation is not None and t.evaluation.performance is not None}  # fmt: skip
+        print(f"{'workload':<40} {'baseline ms':>12} {'candidate ms':>13} {'speedup':>8}")
+        for t in lines:
+            ev = t.evaluation
+            cand = ev.performance.latency_ms if ev is not None and ev.performance is not None else None
+            b = base_ms.get(t.workload.uuid)
+            x = f"{b / cand:.2f}x" if b and cand else "n/a"
+            print(f"{t.workload.uuid[:40]:<40} {b if b is not None else float('nan'):>12.4f} "
+                  f"{cand if cand is not None else float('nan'):>13.4f} {x:>8}")  # fmt: skip
+        if not base_out.passed:
+            print(f"the baseline did not pass: {base_out.log.strip()[-500:]}", file=sys.stderr)
     return 0
 
 
@@ -485,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--solution", required=True, help="FlashInfer-Trace Solution JSON")
     e.add_argument("--workloads", help="JSONL of workloads (or workload traces)")
     e.add_argument("--out", required=True, help="trace JSONL to append to")
+    e.add_argument("--baseline", help="a second Solution JSON (the PR's kernel) to time the same way; "
+                   "prints baseline, candidate and speedup per workload")
     e.add_argument("--timeout", type=float, default=300.0, help="seconds for each of the two children, reference and candidate (default 300)")
     e.add_argument("--trials", type=int, default=5, help="fresh seeded input sets per workload (default 5)")
     e.add_argument("--float64-reference", action="store_true",
@@ -592,6 +612,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kernelpro.runner import confinement
 
         confinement.allow_unconfined(settings.allow_unconfined or bool(getattr(args, "allow_unconfined", False)))
+        if hasattr(args, "allow_unconfined"):  # a command that runs candidates: nothing imported after they ran
+            confinement.preload()
         return int(args.fn(args, settings))
     except ConfigError as e:
         print(str(e), file=sys.stderr)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import json
 import math
+import re
+import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -634,6 +637,28 @@ def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
     return "".join(chunks)
 
 
+def _trace_set(out_dir: Path, target: Target, scored: Sequence[Scored]) -> None:
+    """The FlashInfer-Bench TraceSet layout beside the flat files (``TraceSet.from_path(out_dir)``
+    loads it): definitions/, solutions/ (every solution a trace names) and traces/."""
+    safe = re.compile(r"[^A-Za-z0-9._-]")
+    name = safe.sub("_", target.definition.name)[:100] or "definition"
+    for sub in ("definitions", "solutions", "traces"):
+        (out_dir / sub).mkdir(exist_ok=True)
+    (out_dir / "definitions" / f"{name}.json").write_text(dump_json(target.definition.to_json()))
+    seen: set[str] = set()
+    for sc in scored:
+        sol = sc.candidate.solution
+        if sol.name in seen:
+            continue
+        seen.add(sol.name)
+        stem = safe.sub("_", sol.name)[:100] or "solution"
+        (out_dir / "solutions" / f"{stem}-{hashlib.sha256(sol.name.encode()).hexdigest()[:8]}.json").write_text(
+            dump_json(sol.to_json()))
+    trace = out_dir / "trace.jsonl"
+    if trace.exists():
+        shutil.copyfile(trace, out_dir / "traces" / f"{name}.jsonl")
+
+
 def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Scored], winner: GateResult | None,
             gates: tuple[GateResult, ...], base_branch: Scored | None, stop: str, t0: float, resumed: int,
             out_dir: Path, head_checkout: Path, settings: RunSettings, stage1: ReferenceAnalysis | None = None,
@@ -651,6 +676,8 @@ def _finish(target: Target, device: str, baseline: Scored, evaluated: list[Score
     (out_dir / "definition.json").write_text(dump_json(target.definition.to_json()))
     (out_dir / "workloads.jsonl").write_text(
         "".join(json.dumps(w.to_json()) + "\n" for w in target.workloads_for(device)))
+    (out_dir / "baseline.json").write_text(dump_json(baseline.candidate.solution.to_json()))
+    _trace_set(out_dir, target, [baseline, *evaluated])
     diff = patch(target, head_checkout, best) if winner else ""
     (out_dir / "patch.diff").write_text(diff)
     from .report import render_report, summary

@@ -118,7 +118,8 @@ def test_label_opens_the_follow_up_pr(world: World, results: Results) -> None:
     pr = world.fake.repos[REPO].issues[n]
     assert pr.pull is not None and pr.pull.base_ref == "feature" and pr.pull.head_sha == tip
     assert pr.title == title_for(results, 1)
-    assert pr.title.startswith("kernelpro: ") and "x faster swiglu for #1" in pr.title
+    # A CPU run (Triton's interpreter) claims no speed in the title.
+    assert pr.title == "kernelpro: verified launch settings for swiglu for #1 (CPU interpreter, GPU speed unknown)"
     assert pr.body and "faster kernels for #1" in pr.body and world.head_sha in pr.body
     assert p.pr_url.endswith(f"/pull/{n}")
 
