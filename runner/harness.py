@@ -217,7 +217,7 @@ def _plain(values: Sequence[Any]) -> None:
             raise CandidateError("RUNTIME_ERROR", f"LAZY_OUTPUT: output {k} is a {type(v).__module__}."
                                  f"{type(v).__qualname__}, not a plain torch.Tensor: a call must return its "
                                  "results, not an object that computes them later")  # fmt: skip
-        if v.layout != torch.strided or v.is_meta or _wrapped(v) or _functional(v) or v.requires_grad:
+        if v.layout != torch.strided or v.is_meta or _wrapped(v) or _functional(v):
             raise CandidateError("RUNTIME_ERROR", f"LAZY_OUTPUT: output {k} is not an ordinary tensor "
                                  f"(layout {v.layout}, device {v.device}, wrapped or functional): a call must "
                                  "return its results")  # fmt: skip
