@@ -39,8 +39,9 @@ from .trace import (
     Workload,
 )
 
-EVALUATOR_VERSION = 2
-"""Bumped when a verdict could change: 2 = judged by the parent on saved outputs (issue 3)."""
+EVALUATOR_VERSION = 3
+"""Bumped when a verdict could change: 2 = judged by the parent on saved outputs (issue 3); 3 =
+timings checked against the parent's clock, secret check positions, plain outputs (issue 17)."""
 
 
 @dataclass(frozen=True)
