@@ -52,9 +52,6 @@ class Settings:
     allow_unconfined: bool = False
     """Run candidates where their confinement is unavailable (KERNELPRO_ALLOW_UNCONFINED=1, or the
     --allow-unconfined flag): the operator's explicit acceptance that PR code then has the runner user's rights."""
-    allow_unconfined: bool = False
-    """Run candidates where their confinement is unavailable (KERNELPRO_ALLOW_UNCONFINED=1, or the
-    --allow-unconfined flag): the operator's explicit acceptance that PR code then has the runner user's rights."""
     llm_max_tokens: int | None = None
     """Output budget of the llm programmer's first request (KERNELPRO_LLM_MAX_TOKENS); None: its default."""
 
@@ -82,7 +79,6 @@ class Settings:
             bot_login=e.get("KERNELPRO_BOT_LOGIN", "github-actions[bot]"),
             cutlass_dir=e.get("KERNELPRO_CUTLASS_DIR") or None,
             gpus=e.get("KERNELPRO_GPUS", "auto"),
-            allow_unconfined=e.get("KERNELPRO_ALLOW_UNCONFINED", "").strip().lower() in ("1", "true", "yes"),
             allow_unconfined=e.get("KERNELPRO_ALLOW_UNCONFINED", "").strip().lower() in ("1", "true", "yes"),
             llm_max_tokens=_positive(e, "KERNELPRO_LLM_MAX_TOKENS"),
         )
