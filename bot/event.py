@@ -27,6 +27,7 @@ from typing import Any, Literal
 __all__ = [
     "COMMAND",
     "DEFAULT_LABEL",
+    "COMMANDS",
     "MAX_BUDGET",
     "USAGE",
     "EventError",
@@ -34,6 +35,7 @@ __all__ = [
     "parse_command",
     "parse_event",
     "parse_event_file",
+    "parse_verb",
 ]
 
 DEFAULT_LABEL = "optimize-kernels"
@@ -61,8 +63,9 @@ class EventError(ValueError):
 class Trigger:
     """A request to run the bot on one pull request."""
 
-    kind: Literal["label", "retry"]
-    """'label' (the approval label was added) or 'retry' (a ``/kernelpro retry`` comment)."""
+    kind: Literal["label", "retry", "help", "status", "cancel", "invalid"]
+    """'label' (the approval label was added), 'retry', 'help', 'status' or 'cancel' (a
+    ``/kernelpro <command>`` comment), 'invalid' (a ``/kernelpro`` line that cannot be used: ``error``)."""
     repo: str
     """Full name ``owner/name`` of the repository the event came from (the PR's base repository)."""
     pr: int
@@ -86,6 +89,8 @@ class Trigger:
     """Evaluation budget per kernel (``--budget N``); None means the configured default."""
     comment_at: str | None = None
     """When the command comment was created (GitHub's ISO time; retry triggers only)."""
+    error: str = ""
+    """Why an 'invalid' command cannot be used, and its fix (plain text, the usage included)."""
 
     @property
     def is_fork(self) -> bool | None:
@@ -176,6 +181,25 @@ def parse_command(body: str) -> tuple[str | None, int | None, str | None] | None
         if rest and not rest[0].isspace():
             continue  # '/kernelpro retryfoo' is another word, not the command
         return _parse_args(rest.split())
+    return None
+
+
+COMMANDS = ("help", "status", "cancel", "retry")
+"""The ``/kernelpro`` commands, in the order help lists them."""
+_PREFIX = "/kernelpro"
+
+
+def parse_verb(body: str) -> tuple[str, str] | None:
+    """``(command, the rest of its line)`` of the first ``/kernelpro`` line of ``body`` outside
+    quotes and fenced code, or None. The command is whatever word follows, known or not."""
+    for line in _command_lines(body):
+        if not line.startswith(_PREFIX):
+            continue
+        rest = line[len(_PREFIX):]
+        if rest and not rest[0].isspace():
+            continue  # '/kernelprox' is another word
+        verb, _, tail = rest.strip().partition(" ")
+        return verb, tail
     return None
 
 
@@ -277,13 +301,24 @@ def _comment(payload: Mapping[str, Any], bot_login: str) -> Trigger | None:
     body = comment.get("body")
     if not isinstance(body, str):
         return None
-    parsed = parse_command(body)
-    if parsed is None:
+    verb = parse_verb(body)
+    if verb is None:
         return None
-    kernel, budget, sha = parsed
     created = comment.get("created_at")
+    kind: Literal["retry", "help", "status", "cancel", "invalid"] = "retry"
+    kernel, budget, sha, error = None, None, None, ""
+    if verb[0] in ("", "help", "status", "cancel"):
+        kind = verb[0] or "help"  # type: ignore[assignment]  # narrowed by the membership test
+    else:
+        try:
+            parsed = parse_command(body) if verb[0] == "retry" else None
+            if parsed is None:
+                raise EventError(f"unknown command {verb[0][:40]!r}: the commands are {', '.join(COMMANDS)}; {USAGE}")
+            kernel, budget, sha = parsed
+        except EventError as e:  # answered on the pull request, with the fix
+            kind, error = "invalid", str(e)
     return Trigger(
-        kind="retry",
+        kind=kind,
         repo=_str(payload, "repository.full_name"),
         pr=_int(payload, "issue.number"),
         head_sha=sha,
@@ -294,6 +329,7 @@ def _comment(payload: Mapping[str, Any], bot_login: str) -> Trigger | None:
         kernel=kernel,
         budget=budget,
         comment_at=created if isinstance(created, str) else None,
+        error=error,
     )
 
 

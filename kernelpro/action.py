@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -195,12 +195,15 @@ def _fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None,
         repo.git.fetch(*args)
 
 
-def _say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: Any = None) -> None:
-    """The final comment when nothing runs; kernels without a harness get a ready-to-paste snippet."""
+def _say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: Any = None, detail: str = "") -> None:
+    """The final comment when nothing runs; kernels without a harness get a ready-to-paste snippet.
+    ``detail``: text shown verbatim in a code block (a configuration error), never escaped into entities."""
     from kernelpro.bot.body import code_block
     from kernelpro.bot.comment import progress_body
 
     body = progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason)
+    if detail:
+        body += "\n" + code_block(detail) + "\n"
     if kernels:
         body += ("\n\nThese changed kernels have no harness yet. Add this to `.kernelpro.yml` on the base branch "
                  "and fill in the marked fields:\n\n" + code_block(snippet(kernels), "yaml"))  # fmt: skip
@@ -221,11 +224,35 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
     if trigger.kind == "label" and trigger.is_fork:
         return _fork_label(settings, gh, trigger)
     try:
+        if trigger.kind in ("help", "status", "cancel", "invalid"):
+            return _answer(settings, gh, trigger)
         return _plan(settings, checkout, gh, trigger)
     except (GithubException, CommentError) as e:
         why = explain(e, "planning") if isinstance(e, GithubException) else f"planning failed: {e}"
         _say_failed(gh, trigger.repo, trigger.pr, settings, why)
         raise ActionError(why) from e
+
+
+def _answer(settings: Settings, gh: Any, trigger: Any) -> Plan:
+    """``/kernelpro help|status|cancel`` and unusable commands: answered on the PR, nothing runs."""
+    from kernelpro.bot.command import live_run, reply
+    from kernelpro.bot.comment import StickyComment, progress_body
+    from kernelpro.bot.permission import can_retry
+
+    repo = gh.get_repo(trigger.repo)
+    sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
+    body = sticky.current_body()
+    may_write = trigger.kind != "cancel" or can_retry(repo, trigger.sender)
+    done = reply(repo, trigger, sticky_body=body, may_write=may_write, label=settings.label)
+    run = live_run(body)
+    if trigger.kind == "cancel" and may_write and run is not None:
+        sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
+                                    reason=f"cancelled by {trigger.sender} (/kernelpro cancel); comment "
+                                    "/kernelpro retry to start again"), force=True)  # fmt: skip
+    if trigger.comment_id:
+        _react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id),
+               "confused" if trigger.kind == "invalid" or not may_write else "+1")  # fmt: skip
+    return Plan(False, (), trigger.pr, "", "", None, done if trigger.kind != "invalid" else f"{done}: {trigger.error}")
 
 
 def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
@@ -377,15 +404,27 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
             reason = "no `.kernelpro.yml` on the base branch: nothing is configured."
             _say_done(sticky, reason, kernels, config_snippet)
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+        names_known: list[str] = []
         try:
             config = load_config(cfg_path, co.base)
+            names_known = [t.name for t in config.targets]
             targets = (
                 [config.target(trigger.kernel)] if trigger.kernel else config.targets_for(changed)
             )
         except ConfigError as e:
-            reason = f"the base branch's `.kernelpro.yml` is invalid:\n\n```\n{e}\n```"
-            _say_done(sticky, reason)
-            return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+            if trigger.kernel and names_known and trigger.kernel not in names_known:
+                # A typo in the command, not a broken configuration: answer the command with the names.
+                from kernelpro.bot.command import reply
+
+                bad = replace(trigger, kind="invalid", error=f"--kernel {trigger.kernel}: no kernel of that name is "
+                              "configured in the base branch's .kernelpro.yml")  # fmt: skip
+                reply(repo, bad, sticky_body=None, may_write=True, label=settings.label,
+                      known_kernels=names_known)  # fmt: skip
+                _react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id), "confused")
+                return Plan(False, (), trigger.pr, head_sha, base_sha, None, bad.error)
+            reason = "the base branch's .kernelpro.yml is invalid (the error below); fix it on the base branch"
+            _say_done(sticky, reason, detail=str(e))
+            return Plan(False, (), trigger.pr, head_sha, base_sha, None, f"{reason}: {e}")
         if not targets:
             kernels = changed_kernels(checkout, base_sha, head_sha)
             reason = "no configured kernel changed in this pull request."

@@ -40,6 +40,7 @@ Endpoints implemented (the ones the bot needs)::
     PATCH  /repos/{owner}/{repo}/git/refs/{ref}
     DELETE /repos/{owner}/{repo}/git/refs/{ref}
     GET    /repos/{owner}/{repo}/actions/runs/{run_id}
+    POST   /repos/{owner}/{repo}/actions/runs/{run_id}/cancel      (202; 409 once completed)
     GET    /repos/{owner}/{repo}/actions/runs/{run_id}/jobs        ?filter=latest|all (paginated)
     GET    /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts   ?name= (paginated)
     GET    /repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}
@@ -532,6 +533,7 @@ class FakeGitHub:
             ("PATCH", "/repos/{owner}/{repo}/git/refs/{ref}"): self._update_ref,
             ("DELETE", "/repos/{owner}/{repo}/git/refs/{ref}"): self._delete_ref,
             ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}"): self._get_run,
+            ("POST", "/repos/{owner}/{repo}/actions/runs/{run_id}/cancel"): self._cancel_run,
             ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs"): self._list_jobs,
             ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"): self._list_artifacts,
             (
@@ -1661,6 +1663,16 @@ class FakeGitHub:
     def _get_run(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
         r, run = self._run(p)
         return 200, self.run_json(r, run), {}
+
+    def _cancel_run(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
+        r, run = self._run(p)
+        if run.status == "completed":  # GitHub: 409 "Cannot cancel a workflow run that is completed."
+            raise FakeError(409, "Cannot cancel a workflow run that is completed.")
+        run.status, run.conclusion = "completed", "cancelled"
+        for j in run.jobs:
+            if j.status != "completed":
+                self.set_job(j, "completed", "cancelled")
+        return 202, {}, {}
 
     def _list_jobs(self, p: Mapping[str, str], q: Mapping[str, list[str]], b: Any) -> Result:
         r, run = self._run(p)

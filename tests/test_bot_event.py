@@ -158,7 +158,10 @@ def test_a_retry_names_its_commit() -> None:
     assert t is not None and t.kind == "retry" and t.head_sha == sha
     for bad in ("0123456", sha[:39], sha + "0", f"{sha} {sha}", "g" * 40):
         with pytest.raises(EventError, match=r"usage: /kernelpro retry \[SHA\]"):
-            parse_event("issue_comment", pr_comment(f"/kernelpro retry {bad}"))
+            parse_command(f"/kernelpro retry {bad}")
+        # The event is not an error: an 'invalid' trigger the plan job answers on the PR with the fix.
+        t = parse_event("issue_comment", pr_comment(f"/kernelpro retry {bad}"))
+        assert t is not None and t.kind == "invalid" and "usage: /kernelpro retry [SHA]" in t.error
 
 
 @pytest.mark.parametrize(
@@ -178,10 +181,23 @@ def test_a_retry_names_its_commit() -> None:
     ],
 )
 def test_bad_arguments_say_the_usage(args: str) -> None:
-    with pytest.raises(
-        EventError, match=r"usage: /kernelpro retry \[SHA\] \[--kernel NAME\] \[--budget N\]"
-    ):
-        parse_event("issue_comment", pr_comment(f"/kernelpro retry {args}"))
+    t = parse_event("issue_comment", pr_comment(f"/kernelpro retry {args}"))
+    assert t is not None and t.kind == "invalid"
+    assert "usage: /kernelpro retry [SHA] [--kernel NAME] [--budget N]" in t.error
+
+
+def test_every_command_and_an_unknown_one() -> None:
+    for verb in ("help", "status", "cancel"):
+        t = parse_event("issue_comment", pr_comment(f"/kernelpro {verb}"))
+        assert t is not None and t.kind == verb and t.comment_id is not None
+    t = parse_event("issue_comment", pr_comment("/kernelpro"))
+    assert t is not None and t.kind == "help"
+    t = parse_event("issue_comment", pr_comment("/kernelpro rerun"))
+    assert t is not None and t.kind == "invalid" and "unknown command 'rerun'" in t.error
+    assert "help, status, cancel, retry" in t.error
+    # Quoted and fenced lines stay ignored, for every command.
+    for body in ("> /kernelpro cancel", "```\n/kernelpro cancel\n```", "/kernelprox cancel"):
+        assert parse_event("issue_comment", pr_comment(body)) is None
 
 
 def test_comments_that_are_not_retries() -> None:

@@ -1,0 +1,97 @@
+"""`/kernelpro help|status|cancel|retry` answered on the pull request through the local GitHub."""
+
+# ruff: noqa: F811  (the world fixture is imported from test_action, which defines it)
+
+from __future__ import annotations
+
+import pytest
+from test_action import REPO, World, _reactions, _sticky, retry, world  # noqa: F401 (the fixture)
+
+from kernelpro import action
+
+
+def _plan(w: World, login: str, body: str) -> tuple[action.Plan, int]:
+    payload = retry(w, login, body)
+    return action.plan(w.settings("issue_comment", payload), w.checkout, w.fake.client()), payload["comment"]["id"]
+
+
+def _last(w: World) -> str:
+    return w.comments()[-1]
+
+
+def test_help_lists_the_commands_and_who_may_use_them(world: World) -> None:
+    p, cid = _plan(world, "reader", "/kernelpro help")
+    assert not p.run
+    text = _last(world)
+    for line in ("| `/kernelpro help` | this list | anyone |", "| `/kernelpro status` |",
+                 "| `/kernelpro cancel` | stop the running optimization workflow | people with write access to octo/demo |",
+                 "`/kernelpro retry [SHA] [--kernel NAME] [--budget N]`", "`optimize-kernels` label"):
+        assert line in text, line
+    assert "&#96;" not in text
+    assert _reactions(world, cid) == ["+1"]
+
+
+def test_unknown_kernel_is_answered_with_the_configured_names(world: World) -> None:
+    p, cid = _plan(world, "maint", "/kernelpro retry --kernel nosuch")
+    assert not p.run
+    text = _last(world)
+    assert "--kernel nosuch: no kernel of that name is configured" in text
+    assert "Name a kernel configured in the base branch's `.kernelpro.yml`: `swiglu`." in text
+    assert "is invalid" not in text and "&#96;" not in text
+    assert _reactions(world, cid) == ["eyes", "confused"]
+
+
+@pytest.mark.parametrize("body, fix", [
+    ("/kernelpro retry --budget lots", "Give `--budget` a whole number of evaluations from 1 to 10000"),
+    ("/kernelpro retry --kernel", "Name a kernel configured"),
+    ("/kernelpro retry abc123", "full 40-character commit SHA"),
+    ("/kernelpro rerun", "Use one of the commands below"),
+])  # fmt: skip
+def test_every_bad_argument_is_answered_with_its_fix(world: World, body: str, fix: str) -> None:
+    p, cid = _plan(world, "maint", body)
+    assert not p.run
+    text = _last(world)
+    assert text.startswith("**kernelpro could not use this command**") and fix in text, text
+    assert "usage: /kernelpro retry [SHA] [--kernel NAME] [--budget N]" in text  # in a code block, verbatim
+    assert "&#96;" not in text
+    assert _reactions(world, cid) == ["confused"]
+
+
+def test_status_before_and_during_a_run(world: World) -> None:
+    _plan(world, "reader", "/kernelpro status")
+    assert "kernelpro has not run on this pull request yet" in _last(world)
+    run = world.fake.add_run(REPO, head_sha=world.head)
+    from test_action import labeled
+
+    s = world.settings("pull_request", labeled(world), GITHUB_RUN_ID=str(run.id))
+    assert action.plan(s, world.checkout, world.fake.client()).run
+    _plan(world, "reader", "/kernelpro status")
+    assert f"optimizing now in [workflow run {run.id}](https://github.com/{REPO}/actions/runs/{run.id})" in _last(world)
+
+
+def test_cancel_stops_the_live_run_and_only_for_writers(world: World) -> None:
+    run = world.fake.add_run(REPO, head_sha=world.head)
+    from test_action import labeled
+
+    s = world.settings("pull_request", labeled(world), GITHUB_RUN_ID=str(run.id))
+    assert action.plan(s, world.checkout, world.fake.client()).run
+    _, cid = _plan(world, "reader", "/kernelpro cancel")
+    assert "only people with write access" in _last(world) and run.status == "in_progress"
+    assert _reactions(world, cid) == ["confused"]
+    _, cid = _plan(world, "maint", "/kernelpro cancel")
+    assert (run.status, run.conclusion) == ("completed", "cancelled")
+    assert f"[workflow run {run.id}]" in _last(world) and "was asked to stop" in _last(world)
+    assert "cancelled by maint" in _sticky(world) and "kernelpro:live" not in _sticky(world)
+    assert any(r.method == "POST" and r.template == "/repos/{owner}/{repo}/actions/runs/{run_id}/cancel"
+               for r in world.fake.requests)  # fmt: skip
+    # Nothing is live any more: a second cancel says so.
+    _plan(world, "maint", "/kernelpro cancel")
+    assert "nothing to cancel" in _last(world)
+
+
+def test_quoted_and_fenced_commands_are_ignored(world: World) -> None:
+    before = len(world.comments())
+    for body in ("> /kernelpro cancel", "```\n/kernelpro help\n```"):
+        p, _ = _plan(world, "maint", body)
+        assert p.reason == "not a kernelpro trigger"
+    assert len(world.comments()) == before + 2  # only the two comments themselves
