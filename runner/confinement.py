@@ -34,6 +34,7 @@ import functools
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,14 +76,18 @@ class Policy:
     """Directories it may read, write, create and remove files in."""
     devices: tuple[str, ...] = ()
     """Device files it may open for writing."""
+    proc: bool = False
+    """All of /proc writable: a profiler (ncu, compute-sanitizer) that starts the program it
+    profiles, which confines itself again, to its own threads' files, as its first act."""
 
     def to_json(self) -> str:
-        return json.dumps({"readable": self.readable, "writable": self.writable, "devices": self.devices})
+        return json.dumps({"readable": self.readable, "writable": self.writable, "devices": self.devices,
+                           "proc": self.proc})  # fmt: skip
 
     @staticmethod
     def from_json(text: str) -> Policy:
         d = json.loads(text)
-        return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())))
+        return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())), bool(d.get("proc")))
 
 
 @dataclass(frozen=True)
@@ -171,9 +176,11 @@ def _installation() -> list[str]:
     return _existing([*paths, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")])
 
 
-def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence[str | os.PathLike[str]] = ()) -> Policy:
+def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence[str | os.PathLike[str]] = (),
+           tools: Sequence[str] = ()) -> Policy:  # fmt: skip
     """The policy of a candidate whose own directories are ``writable`` (made here if missing: the
-    candidate could not make them itself)."""
+    candidate could not make them itself); ``tools``: programs it runs under (ncu), whose folders
+    it may read wherever they are installed."""
     import kernelpro.runner  # noqa: F401 - its folder must be readable for the harness
 
     for w in writable:
@@ -181,7 +188,8 @@ def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence
             os.makedirs(w, exist_ok=True)
 
     devices = [d for pat in _DEVICES for d in glob.glob(pat)]
-    return Policy(tuple(_existing([*SYSTEM_READABLE, *_installation(), *readable])),
+    homes = [os.path.dirname(os.path.realpath(shutil.which(t) or t)) for t in tools]
+    return Policy(tuple(_existing([*SYSTEM_READABLE, *_installation(), *readable, *homes])),
                   tuple(_existing(writable)), tuple(_existing(devices)))  # fmt: skip
 
 
@@ -211,7 +219,13 @@ def restrict(p: Policy) -> int:
         raise ConfinementError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
         file_rights = _FILE_RIGHTS & fs
-        for rights, paths in ((_READ, p.readable), (fs, p.writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices)):
+        # The CUDA driver writes files of its own threads under /proc/self/task: without that, CUDA's
+        # initialisation fails with error 304 (seen on the H200). Opened here, "self" is the process
+        # being confined; a profiler's layer allows all of /proc for the program it starts, which
+        # then confines itself again (command()).
+        procs = ("/proc",) if p.proc else ("/proc/self/task",)
+        for rights, paths in ((_READ, p.readable), (fs, p.writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices),
+                              (_WRITE_FILE | _READ_FILE | _READ_DIR, procs)):  # fmt: skip
             for path in paths:
                 try:
                     pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -279,7 +293,8 @@ def supervise() -> None:
 
     def stop(*_: object) -> None:
         kill_descendants()
-        os._exit(128 + signal.SIGKILL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGKILL)  # as if killed with the rest: the caller sees -9
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)
@@ -388,7 +403,6 @@ def run_tool(argv: Sequence[str], read: Sequence[str | os.PathLike[str]], timeou
     (it reads ``read`` and the system, writes only a scratch folder that is its TMPDIR and HOME),
     with the scrubbed environment: a crafted binary that takes the tool over gains nothing. Unconfined
     only where Landlock is missing (the operator opted in, or no candidate could have run)."""
-    import shutil
     import tempfile
 
     from .sandbox import scrubbed_env

@@ -183,8 +183,13 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         env = scrubbed_env({**child_variables(work, device, cache_dir), **(variables or {})})
         cmd = [*wrapper, sys.executable, "-m", "kernelpro.runner.harness",
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
-        rules = confinement.policy([work, cache_dir, *writable]) if confined.landlock else None
-        cmd = [*prefix, *(confinement.command(cmd, rules) if rules else cmd)]
+        rules = confinement.policy([work, cache_dir, *writable], tools=wrapper[:1]) if confined.landlock else None
+        if rules and wrapper:  # the profiler's layer lets the harness write its threads' /proc files; the harness's own forbids the rest
+            inner = confinement.command(cmd[len(wrapper):], rules)
+            cmd = confinement.command([*wrapper, *inner], dataclasses.replace(rules, proc=True))
+        elif rules:
+            cmd = confinement.command(cmd, rules)
+        cmd = [*prefix, *cmd]
         server = _fork_server(work, bool(prefix)) if forkable else None
         t0, wall0 = time.perf_counter(), time.time()
         proc: Any = None
@@ -202,6 +207,9 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             )  # fmt: skip
         if timekeeper is not None:
             timekeeper.started()
+        # Without a pid namespace a supervisor stands between us and the candidate: SIGTERM lets it
+        # kill the candidate's whole tree (runner/confinement.py) before it goes.
+        proc.kernelpro_supervised = rules is not None and "-p" not in prefix
         stop = threading.Event()
         follower = threading.Thread(target=_follow, args=(during, work, stop), daemon=True) if during else None
         if follower is not None:
@@ -360,13 +368,15 @@ def _group_rss_mb(pgid: int) -> float:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM first: a supervisor (runner/confinement.py) then kills what its candidate left behind,
-    daemons in sessions of their own included, before it exits; then SIGKILL to the whole group."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(proc.pid, signal.SIGTERM)
-    end = time.perf_counter() + 2.0
-    while proc.poll() is None and time.perf_counter() < end:
-        time.sleep(0.01)
+    """A supervised child (runner/confinement.py) gets SIGTERM first: its supervisor then kills what
+    the candidate left behind, daemons in sessions of their own included, and itself; then (and for
+    any other child at once) SIGKILL to the whole group."""
+    if getattr(proc, "kernelpro_supervised", False):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGTERM)
+        end = time.perf_counter() + 2.0
+        while proc.poll() is None and time.perf_counter() < end:
+            time.sleep(0.01)
     _kill_group(proc)
 
 

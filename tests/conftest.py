@@ -21,6 +21,9 @@ if not CONFINEMENT.sufficient:
     # namespaces nor Landlock ABI 6): kernelpro refuses to run them there; the suite tests everything
     # else with the operator's opt-in, and tests/test_confinement.py shows the refusal itself.
     confinement.allow_unconfined(True)
+# As the CLI does before any candidate runs: every kernelpro module imported once, up front, so no
+# test's first child pays for it inside its time limits.
+confinement.preload()
 
 
 def pytest_report_header() -> str:
