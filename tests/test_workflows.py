@@ -213,6 +213,26 @@ def test_action_modes() -> None:
     assert set(doc["outputs"]) >= {"run", "targets", "head_sha", "base_sha"}
 
 
+def test_action_declares_what_plan_writes_and_defaults_to_no_pr_code() -> None:
+    import re
+
+    doc = _load(ACTION)
+    # Every output `kernelpro action plan` writes to GITHUB_OUTPUT is declared (pr among them).
+    src = (ROOT / "kernelpro" / "action.py").read_text()
+    call = src[src.index("write_outputs(settings, {"):]
+    written = set(re.findall(r'"([a-z_]+)": ', call[: call.index("})")]))
+    assert written and written <= set(doc["outputs"]), written - set(doc["outputs"])
+    assert "pr" in doc["outputs"]
+    # The default mode runs no code of the pull request, and the description names all four modes.
+    assert doc["inputs"]["mode"]["default"] == "plan"
+    assert all(f"`{m}`" in doc["description"] for m in ("plan", "optimize", "progress", "publish"))
+    assert "three jobs" not in doc["description"]
+    # The package says what it is: a license file and project URLs.
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+    meta = (ROOT / "pyproject.toml").read_text()
+    assert '[project.urls]' in meta and 'license-files = ["LICENSE"]' in meta
+
+
 def _lint_tools_cached() -> bool:
     cache = Path(os.environ.get("KERNELPRO_LINT_CACHE", ROOT / ".cache" / "lint-workflows"))
     return (cache / "zizmor-1.32.0" / "bin" / "zizmor").exists() and (
