@@ -124,15 +124,20 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 def _progress(settings: Settings, total: int, label: str) -> Any:
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=label, unit="eval", disable=not settings.progress, file=sys.stderr)
+    # A bar only on a terminal: redrawn into a log (CI, a pipe, a file) it is noise. Without one, a
+    # line each time the search's best improves, and the caller's final line per kernel.
+    draw = settings.progress and sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+    bar = tqdm(total=total, desc=label, unit="eval", disable=not draw, file=sys.stderr)
+    shown = {"best": 0.0}
 
     def update(i: int, budget: int, scored: Any, best: float) -> None:
         bar.total = budget
         bar.update(1)
         bar.set_postfix_str(f"last {scored.outcome.status}, best verified-in-search {best:.2f}x")
-        if not settings.progress:
-            print(f"[{label}] evaluation {i}/{budget}: {scored.outcome.status} "
-                  f"(speedup {scored.speedup:.2f}x, best {best:.2f}x)", file=sys.stderr)  # fmt: skip
+        if not draw and best > shown["best"]:
+            shown["best"] = best
+            print(f"[{label}] evaluation {i}/{budget}: new best in the search {best:.2f}x "
+                  f"({scored.outcome.status})", file=sys.stderr)  # fmt: skip
 
     update.close = bar.close  # type: ignore[attr-defined]
     return update
@@ -215,6 +220,10 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
         config_path, config_note = co.base / ".kernelpro.yml", "base branch"
         if not config_path.exists():
             config_path, config_note = co.head / ".kernelpro.yml", "pull request head (not on the base branch)"
+            if os.path.lexists(config_path):
+                from kernelpro.runner.checkout import read_source
+
+                read_source(co.head, ".kernelpro.yml")  # a symlink (to /proc/self/environ, say) is refused here
         if not config_path.exists():
             print("No .kernelpro.yml on the base branch or the head: nothing is configured.")
             _print_snippet(changed_kernels(repo, base, head), config_snippet)

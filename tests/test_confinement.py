@@ -239,3 +239,26 @@ def test_the_policy_never_opens_tmp_home_or_the_checkout() -> None:
         assert os.getcwd() not in p.readable or any(os.getcwd() == q for q in sys.path if q)
     finally:
         shutil.rmtree(work)
+
+
+def test_break1_a_head_config_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """No .kernelpro.yml on the base branch: the CLI falls back to the head's, which must not be a
+    link to the orchestrator's environment either."""
+    from kernelpro.cli import main
+
+    monkeypatch.setenv("KERNELPRO_LLM_API_KEY", CANARY)
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.name=a", "-c", "user.email=a@b", "-C", str(repo)]
+    repo.mkdir()
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README").write_text("base\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    (repo / ".kernelpro.yml").symlink_to("/proc/self/environ")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "head"], check=True)
+    rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out")])
+    said = capsys.readouterr()
+    assert rc != 0 and "symbolic link" in said.err, (rc, said.err[-500:])
+    assert CANARY not in said.out + said.err
