@@ -115,6 +115,8 @@ class Published:
     """The commit pushed to the branch, when one was."""
     model_written: tuple[str, ...] = ()
     """Targets whose patch a model wrote (publish could not recompute it); labelled, draft PR."""
+    warnings: tuple[str, ...] = ()
+    """What could not be added to the follow-up PR (labels, reviewers), each with GitHub's answer."""
 
 
 def branch_for(pr_number: int) -> str:
@@ -364,6 +366,8 @@ def publish(
     model: str | None = None,
     retry: bool = False,
     base_sha: str = "",
+    labels: Sequence[str] = (),
+    reviewers: Sequence[str] = (),
 ) -> Published:
     """Publish ``results`` for PR ``pr_number`` (see the module docstring for every case).
 
@@ -375,7 +379,8 @@ def publish(
     workflow configuration (never the artifact): anything but ``llm`` means every winner's patch
     must be the one its parameters give, and any other is refused.
     ``base_branch_of_pr`` is the branch the PR targets, named in the commit message.
-    ``base_sha``: the PR's base commit, for the reproduction commands.
+    ``base_sha``: the PR's base commit, for the reproduction commands. ``labels`` and
+    ``reviewers`` (logins, or ``org/team``) go on the follow-up PR; refusals are ``warnings``.
     ``retry``: the run comes from ``/kernelpro retry`` (a writer's explicit request), which
     publishes again after a declined (closed unmerged) follow-up PR.
     Raises :class:`PublishError` (git or GitHub failures, a patch that does not apply) and
@@ -529,4 +534,24 @@ def publish(
         "updated the follow-up pull request (branch force-pushed)")  # fmt: skip
     if model_written:
         reason = f"{MODEL_WRITTEN} {reason} as a draft"
-    return Published(pr.html_url, branch, action, reason, None, sha, tuple(model_written))
+    warnings = _triage(pr, labels, reviewers)
+    return Published(pr.html_url, branch, action, reason, None, sha, tuple(model_written), warnings)
+
+
+def _triage(pr: PullRequest, labels: Sequence[str], reviewers: Sequence[str]) -> tuple[str, ...]:
+    """The configured labels and reviewers on the follow-up PR. They help a maintainer find it, and
+    the PR stands without them: a refusal (an unknown team, no permission) is a warning, not a failure."""
+    warnings: list[str] = []
+    if labels:
+        try:
+            pr.add_to_labels(*labels)
+        except GithubException as exc:
+            warnings.append(f"labels {', '.join(labels)}: GitHub answered {exc.status}")
+    users = [r for r in reviewers if "/" not in r]
+    teams = [r.split("/", 1)[1] for r in reviewers if "/" in r]  # org/team -> the team's slug
+    if users or teams:
+        try:
+            pr.create_review_request(reviewers=users, team_reviewers=teams)
+        except GithubException as exc:
+            warnings.append(f"reviewers {', '.join(reviewers)}: GitHub answered {exc.status}")
+    return tuple(warnings)

@@ -255,6 +255,21 @@ def _answer(settings: Settings, gh: Any, trigger: Any) -> Plan:
     return Plan(False, (), trigger.pr, "", "", None, done if trigger.kind != "invalid" else f"{done}: {trigger.error}")
 
 
+def _names(value: str) -> tuple[str, ...]:
+    """A comma- or newline-separated list of labels or logins (``org/team`` for a team); a label may
+    hold spaces."""
+    return tuple(dict.fromkeys(x.strip() for x in value.replace("\n", ",").split(",") if x.strip()))
+
+
+def _status(repo: Any, sha: str, state: Any, text: str, url: str | None) -> None:
+    """The ``kernelpro`` commit status on the PR head; a refusal is a warning, never a failure."""
+    from kernelpro.bot.status import set_status
+
+    why = set_status(repo, sha, state, text, url)
+    if why:
+        print(f"::warning title=kernelpro::the commit status on {sha[:12]} was not set: {why}")
+
+
 def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
     """A label on a fork's pull request: GitHub gives this event a read-only token and no secrets,
     so nothing could be published; a maintainer's `/kernelpro retry` runs with this repository's
@@ -450,6 +465,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Any) -> Plan:
                    + code_block(config_snippet(uncovered), "yaml") + "\n")  # fmt: skip
     # The live marker lets the progress job edit this comment until publish writes the final state.
     sticky.update(queued + (live_marker(settings.run_id) + "\n" if settings.run_id else ""), force=True)
+    _status(repo, head_sha, "pending", f"optimizing {len(names)} kernel(s)", settings.run_url or None)
     return Plan(
         True,
         names,
@@ -573,7 +589,10 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
                             # Who wrote the candidates, from the workflow's configuration (never the
                             # artifact): anything but llm makes publish refuse a patch it cannot recompute.
                             programmer=os.environ.get("KERNELPRO_PROGRAMMER", "tuner"),
-                            retry=trigger.kind == "retry", base_sha=pr.base.sha)  # fmt: skip
+                            retry=trigger.kind == "retry", base_sha=pr.base.sha,
+                            # Triage of the follow-up PR, from the workflow (action inputs pr-labels, pr-reviewers).
+                            labels=_names(os.environ.get("KERNELPRO_PR_LABELS", "")),
+                            reviewers=_names(os.environ.get("KERNELPRO_PR_REVIEWERS", "")))  # fmt: skip
     except Exception as e:
         # Say it where the maintainer looks; the artifact still holds everything, so a rerun publishes.
         why = explain(e, "publishing") if isinstance(e, GithubException) else f"publishing failed: {e}"
@@ -585,8 +604,15 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
                 ack.create_reaction("confused")
         except (GithubException, CommentError) as e2:
             print(f"::warning title=kernelpro::could not write the failure to the sticky comment: {e2}")
+        _status(repo, head_sha, "error", "publishing failed; see the kernelpro comment", settings.run_url or None)
         raise ActionError(why) from e
     _summary(settings, render_job_summary(results, published.model_written))
+    for w in published.warnings:
+        print(f"::warning title=kernelpro::the follow-up pull request has no {w}")
+    from kernelpro.bot.status import verdict
+
+    _status(repo, head_sha, "success", verdict(results, published.pr_url),
+            published.pr_url or settings.run_url or None)  # fmt: skip
     if published.action != "comment-only":  # comment-only outcomes were posted by publish()
         from kernelpro.bot.body import render_summary_comment
 

@@ -41,6 +41,8 @@ Endpoints implemented (the ones the bot needs)::
     DELETE /repos/{owner}/{repo}/git/refs/{ref}
     GET    /repos/{owner}/{repo}/actions/runs/{run_id}
     POST   /repos/{owner}/{repo}/actions/runs/{run_id}/cancel      (202; 409 once completed)
+    POST   /repos/{owner}/{repo}/statuses/{sha}                    (recorded in ``statuses``)
+    POST   /repos/{owner}/{repo}/pulls/{pull_number}/requested_reviewers
     GET    /repos/{owner}/{repo}/actions/runs/{run_id}/jobs        ?filter=latest|all (paginated)
     GET    /repos/{owner}/{repo}/actions/runs/{run_id}/artifacts   ?name= (paginated)
     GET    /repos/{owner}/{repo}/actions/artifacts/{artifact_id}/{archive_format}
@@ -330,6 +332,8 @@ class PullState:
     merged: bool = False
     merged_at: str | None = None
     maintainer_can_modify: bool = False
+    reviewers: list[str] = field(default_factory=list)
+    """Requested reviewers: user logins, and ``team:<slug>`` for teams."""
 
 
 @dataclass
@@ -485,6 +489,8 @@ class FakeGitHub:
         self.token_user = token_user
         self.prefix = prefix
         self.runs: dict[int, RunState] = {}
+        self.statuses: list[dict[str, Any]] = []
+        """Commit statuses as created, in order (each with ``repo`` and ``sha`` added)."""
         self.blob_requests: list[tuple[str, dict[str, str]]] = []
         """(path, headers) of every request the blob server received."""
         self._blob_secret = b"kernelpro-fake-blob-key"
@@ -534,6 +540,11 @@ class FakeGitHub:
             ("DELETE", "/repos/{owner}/{repo}/git/refs/{ref}"): self._delete_ref,
             ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}"): self._get_run,
             ("POST", "/repos/{owner}/{repo}/actions/runs/{run_id}/cancel"): self._cancel_run,
+            ("POST", "/repos/{owner}/{repo}/statuses/{sha}"): self._create_status,
+            (
+                "POST",
+                "/repos/{owner}/{repo}/pulls/{pull_number}/requested_reviewers",
+            ): self._request_reviewers,
             ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs"): self._list_jobs,
             ("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/artifacts"): self._list_artifacts,
             (
@@ -1190,7 +1201,7 @@ class FakeGitHub:
             milestone=None,
             assignee=None,
             assignees=[],
-            requested_reviewers=[],
+            requested_reviewers=[self.user_json(u) for u in p.reviewers if not u.startswith("team:")],
             requested_teams=[],
             created_at=i.created_at,
             updated_at=i.updated_at,
@@ -1663,6 +1674,29 @@ class FakeGitHub:
     def _get_run(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
         r, run = self._run(p)
         return 200, self.run_json(r, run), {}
+
+    def _request_reviewers(self, p: Mapping[str, str], q: Any, b: Mapping[str, Any]) -> Result:
+        r, i = self._pull(p)
+        assert i.pull is not None
+        users, teams = list(b.get("reviewers") or []), list(b.get("team_reviewers") or [])
+        if i.user in users:  # GitHub: 422 "Review cannot be requested from pull request author."
+            raise FakeError(422, "Review cannot be requested from pull request author.")
+        for who in users + [f"team:{t}" for t in teams]:
+            if who not in i.pull.reviewers:
+                i.pull.reviewers.append(who)
+        return 201, self.pull_json(r, i), {}
+
+    def _create_status(self, p: Mapping[str, str], q: Any, b: Mapping[str, Any]) -> Result:
+        r = self._repo(p)
+        body = self._rebase(self.api.example("status"), r.full_name)
+        sid = next(self._ids)
+        body.update(id=sid, node_id=f"SC_{sid}", state=b["state"], description=b.get("description"),
+                    target_url=b.get("target_url"), context=b.get("context", "default"),
+                    created_at=_now(), updated_at=_now(),
+                    url=f"{self.base_url}/repos/{r.full_name}/statuses/{p['sha']}")  # fmt: skip
+        body["creator"]["login"] = self.token_user
+        self.statuses.append({**body, "repo": r.full_name, "sha": p["sha"]})
+        return 201, body, {}
 
     def _cancel_run(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
         r, run = self._run(p)

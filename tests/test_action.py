@@ -219,6 +219,14 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                  push_url=world.origin.as_uri())  # fmt: skip
     assert msg.startswith("created:")
+    # The `kernelpro` commit status on the approved head: pending from plan, then the verdict with the PR's link.
+    st = [(x["sha"], x["state"], x["context"], x["description"], x.get("target_url")) for x in world.fake.statuses]
+    (n,) = [i.number for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    assert st == [(world.head, "pending", "kernelpro", "optimizing 1 kernel(s)", None),
+                  (world.head, "success", "kernelpro",
+                   f"verified candidates (CPU interpreter: no GPU timing); follow-up #{n}", msg.split(" ", 1)[1])]  # fmt: skip
+    # The final sticky comment is the summary: verdict, caveat, follow-up link.
+    assert "verified; CPU interpreter timing" in _sticky(world) and "**These timings are not GPU timings.**" in _sticky(world)
     # GITHUB_STEP_SUMMARY: optimize's report, then publish's table.
     assert "## kernelpro" in summary.read_text() and "| `swiglu` | **" in summary.read_text()
     again = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
@@ -347,7 +355,7 @@ def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.Mon
                                  push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
     assert msg.startswith("created:")
     done = sticky_text()
-    assert "**Done**" in done and "/pull/" in done and not is_live(done, 77)
+    assert "**Follow-up pull request:**" in done and "/pull/" in done and not is_live(done, 77)
     # A late poll of the progress job leaves the final state alone.
     n = len(world.fake.requests)
     again = action.watch_progress(s, targets, files, world.fake.client(), sleep=sleep, clock=lambda: now[0])
@@ -476,6 +484,6 @@ def test_github_errors_at_each_write_then_a_rerun_finishes(world: World, monkeyp
     assert publish().startswith("updated:")  # a refused +1 does not fail a published run
     assert publish().startswith("updated:")
     bot_prs = [i for i in fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
-    assert len(bot_prs) == 1 and "**Done**" in _sticky(world) and "/pull/" in _sticky(world)
+    assert len(bot_prs) == 1 and "**Follow-up pull request:**" in _sticky(world) and "/pull/" in _sticky(world)
     reactions = _reactions(world, payload["comment"]["id"])
     assert reactions[-1] == "+1" and "confused" in reactions  # the failed runs said so too

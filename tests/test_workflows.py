@@ -92,7 +92,8 @@ def test_example_triggers_and_concurrency() -> None:
 def test_plan_is_trusted() -> None:
     job = _example()["jobs"]["plan"]
     assert job["runs-on"] == "ubuntu-latest"
-    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write", "statuses": "write",
+                                  "actions": "write"}  # fmt: skip
     for step in job["steps"]:
         if step.get("uses", "").startswith("actions/checkout@"):
             # The default branch, never the pull request's head or merge commit.
@@ -166,7 +167,7 @@ def test_publish_runs_no_pull_request_code() -> None:
     assert job["runs-on"] == "ubuntu-latest"
     assert job["if"] == "always() && needs.plan.outputs.run == 'true'"
     assert "optimize" in job["needs"] and "plan" in job["needs"]
-    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write", "statuses": "write"}
     for step in job["steps"]:
         if step.get("uses", "").startswith("actions/checkout@"):
             ref = step["with"]["ref"]
@@ -194,8 +195,10 @@ def test_write_permissions_only_in_publish_and_plan() -> None:
             perms = job.get("permissions", {})
             writes = {k for k, v in perms.items() if v == "write"}
             if path == EXAMPLE and name == "publish":
-                assert writes == {"contents", "pull-requests"}
-            elif path == EXAMPLE and name in ("plan", "progress"):
+                assert writes == {"contents", "pull-requests", "statuses"}
+            elif path == EXAMPLE and name == "plan":  # actions: write for /kernelpro cancel
+                assert writes == {"pull-requests", "statuses", "actions"}
+            elif path == EXAMPLE and name == "progress":
                 assert writes == {"pull-requests"}
             else:
                 assert not writes, (path, name, perms)

@@ -1,0 +1,40 @@
+"""A GitHub App installation token in the trusted jobs: the bot writes as the App, finds its own
+sticky comment by the App's login, and opens the follow-up PR as the App (whose pushes and pull
+requests start the repository's CI, unlike GITHUB_TOKEN's), with the configured labels and reviewers."""
+
+# ruff: noqa: F811  (the world fixture is imported from test_action, which defines it)
+
+from __future__ import annotations
+
+import pytest
+from test_action import REPO, World, _optimize, labeled, world  # noqa: F401 (the fixture)
+
+from kernelpro import action
+
+APP = "kernelpro-app[bot]"
+
+
+def test_an_app_token_writes_as_the_app_with_labels_and_reviewers(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    world.fake.token_user = APP  # every write made with this token is the App's
+    world.fake.set_role(REPO, "bob", "write")
+    env = {"KERNELPRO_BOT_LOGIN": APP}
+    s = world.settings("pull_request", labeled(world), **env)
+    p = action.plan(s, world.checkout, world.fake.client(token="ghs_app_installation_token"))
+    assert p.run
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
+    monkeypatch.setenv("KERNELPRO_PR_LABELS", "performance, kernelpro bot")
+    monkeypatch.setenv("KERNELPRO_PR_REVIEWERS", "bob, octo/kernel-team")
+    msg = action.publish_results(s, world.checkout, world.tmp / "results",
+                                 world.fake.client(token="ghs_app_installation_token"),
+                                 push_url=world.origin.as_uri())  # fmt: skip
+    assert msg.startswith("created:")
+    (pr,) = [i for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    assert pr.user == APP
+    assert pr.labels == ["performance", "kernelpro bot"]
+    assert pr.pull is not None and pr.pull.reviewers == ["bob", "team:kernel-team"]
+    # One sticky comment, the App's, edited from queued to the final summary.
+    stickies = [world.fake.comments[c] for c in world.fake.repos[REPO].issues[1].comments
+                if world.fake.comments[c].body.startswith("<!-- kernelpro:progress -->")]  # fmt: skip
+    assert [c.user for c in stickies] == [APP]
+    assert "**Follow-up pull request:**" in stickies[0].body
+    assert {x["creator"]["login"] for x in world.fake.statuses} == {APP}
