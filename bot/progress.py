@@ -42,7 +42,7 @@ import requests
 from github import GithubException
 
 from .artifact import MAX_ZIP_BYTES, ArtifactError, TargetResults, extract_results, load_results
-from .body import _safe_url, md
+from .body import _safe_url, md, render_comment
 from .comment import CommentError, StickyComment
 
 __all__ = [
@@ -148,32 +148,14 @@ def _cell(k: KernelProgress) -> tuple[str, str, str]:
 def render(snapshot: Snapshot, *, run_id: int | str, run_url: str | None = None,
            interval_s: float = 30.0) -> str:  # fmt: skip
     """The progress comment's Markdown (the sticky marker is added by StickyComment)."""
-    n = len(snapshot.kernels)
-    running = [md(k.name, 100) for k in snapshot.kernels if k.state == "running"]
-    lines = ["### kernelpro", ""]
-    if snapshot.finished:
-        head = f"**All {n} kernel(s) finished**; publishing the results."
-    else:
-        head = f"**Optimizing: {snapshot.done}/{n} kernel(s) done**"
-        head += f"; running: {', '.join(running)}." if running else "; waiting for a GPU runner."
-    lines.append(head)
     best = snapshot.best
-    best_text = (f"**{best.speedup:.2f}x** ({md(best.name, 100)})" if best and best.speedup
-                 else "none verified yet")  # fmt: skip
-    lines += ["", f"Evaluations so far: {snapshot.evaluations} (finished kernels; a running kernel's "
-              f"count is in its job log). Best verified speedup so far: {best_text}.", ""]  # fmt: skip
-    lines += ["| kernel | state | evaluations | best verified speedup |", "|---|---|---|---|"]
-    for k in snapshot.kernels:
-        state, evals, found = _cell(k)
-        lines.append(f"| {md(k.name, 100)} | {state} | {evals} | {found} |")
-    for why in snapshot.refused[:5]:
-        lines += ["", f"An artifact was refused: {md(why, 300)}."]
-    url = _safe_url(run_url)
-    run = f" ([workflow run]({url}))" if url else ""
-    lines += ["", f"<sub>Updated about every {interval_s:.0f} s by this run's progress job{run}; "
-              "the result and the follow-up pull request come when publishing is done.</sub>",
-              live_marker(run_id)]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return render_comment(
+        "live", finished=snapshot.finished, n=len(snapshot.kernels), done=snapshot.done,
+        running=[md(k.name, 100) for k in snapshot.kernels if k.state == "running"],
+        best=(f"**{best.speedup:.2f}x** ({md(best.name, 100)})" if best and best.speedup else "none verified yet"),
+        evaluations=snapshot.evaluations, rows=[(md(k.name, 100), *_cell(k)) for k in snapshot.kernels],
+        refused=[md(why, 300) for why in snapshot.refused[:5]], run_url=_safe_url(run_url),
+        interval=f"{interval_s:.0f}", live=live_marker(run_id))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- download
