@@ -219,13 +219,14 @@ def restrict(p: Policy) -> int:
         raise ConfinementError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
         file_rights = _FILE_RIGHTS & fs
-        # The CUDA driver writes files of its own threads under /proc/self/task: without that, CUDA's
-        # initialisation fails with error 304 (seen on the H200). Opened here, "self" is the process
+        # The CUDA driver opens files of its own threads under /proc/self/task for writing, truncating
+        # them (fopen "w"): without write and truncate there, CUDA's initialisation fails with error
+        # 304 (seen on the H200: a truncate right missing was enough). Opened here, "self" is the process
         # being confined; a profiler's layer allows all of /proc for the program it starts, which
         # then confines itself again (command()).
         procs = ("/proc",) if p.proc else ("/proc/self/task",)
         for rights, paths in ((_READ, p.readable), (fs, p.writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices),
-                              (_WRITE_FILE | _READ_FILE | _READ_DIR, procs)):  # fmt: skip
+                              (_WRITE_FILE | _READ_FILE | _READ_DIR | (_TRUNCATE & fs), procs)):  # fmt: skip
             for path in paths:
                 try:
                     pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
