@@ -85,6 +85,7 @@ def test_gpu_body_has_every_field(gpu: Results) -> None:
     # No noise: empty header cells, seed lists, internal stage names, "not measured" for energy that was off.
     assert "| | " not in b and "| seeds |" not in b and "Time by stage" not in b and NOT_MEASURED not in b
     assert "<run-id>" not in b and "<artifact>" not in b and "<base>" not in b
+    assert "**Shapes not measured:** the change applies to every call of these kernels" in b
     with_base = render_body(gpu, pr_number=7, head_sha=SHA, run_url=RUN, kernelpro_version="0.1.0",
                             programmer="llm", model=None, base_sha="f" * 40)  # fmt: skip
     assert f"kernelpro optimize --repo . --base {'f' * 40} --head {SHA} --kernel swiglu" in with_base
