@@ -242,6 +242,14 @@ def test_summary_comment_is_a_full_report(gpu: Results, cpu: Results) -> None:
     assert f"**Follow-up pull request:** {pr_url}" in c and f"({RUN}#artifacts)" in c
     assert "energy" not in c.split("| kernel |", 1)[1].split("\n", 1)[0]  # no energy column when not measured
     assert "not GPU timings" not in c
+    # Energy, when measured: a column with the geometric mean of the per-call energy ratios.
+    t = gpu.targets[0]
+    assert t.winner is not None
+    w = dataclasses.replace(t.winner, workloads=tuple(dataclasses.replace(x, energy_ratio=r)
+                                                      for x, r in zip(t.winner.workloads, (0.5, 0.32), strict=True)))  # fmt: skip
+    e = render_summary_comment(dataclasses.replace(gpu, targets=(dataclasses.replace(t, winner=w),)), pr_number=7,
+                               head_sha=SHA, pr_url=pr_url, run_url=RUN)  # fmt: skip
+    assert "| PR vs base branch |" in e and "| energy |" in e and "| x0.40 per call (NVML) |" in e
     # Without a GPU: no speed claim in the headline, and the caveat.
     c = render_summary_comment(cpu, pr_number=7, head_sha=SHA, pr_url=pr_url, run_url=RUN)
     assert "faster**" not in c and "CPU interpreter" in c and "**These timings are not GPU timings.**" in c
