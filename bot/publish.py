@@ -544,7 +544,8 @@ def _triage(pr: PullRequest, labels: Sequence[str], reviewers: Sequence[str]) ->
     warnings: list[str] = []
     if labels:
         try:
-            pr.add_to_labels(*labels)
+            # PyGithub's add_to_labels sends a bare list; the documented body is {"labels": [...]}.
+            pr._requester.requestJsonAndCheck("POST", f"{pr.issue_url}/labels", input={"labels": list(labels)})
         except GithubException as exc:
             warnings.append(f"labels {', '.join(labels)}: GitHub answered {exc.status}")
     users = [r for r in reviewers if "/" not in r]
