@@ -317,21 +317,25 @@ def supervise() -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def command(argv: Sequence[str], p: Policy) -> list[str]:
+def command(argv: Sequence[str], p: Policy, supervised: bool = True) -> list[str]:
     """``argv`` run confined to ``p`` under a supervisor. ``python -m MODULE ...`` (the harness)
     confines itself in its own interpreter before it imports the module (no second interpreter to
     start); anything else (a profiler that starts the harness, a tool) is started by a supervisor
-    of its own, a fresh interpreter that needs none of the orchestrator's imports."""
+    of its own, a fresh interpreter that needs none of the orchestrator's imports. ``supervised``
+    False: the module runs without a supervisor of its own, for a harness that a profiler starts
+    under the profiler's supervisor (ncu's ``application-only`` profiles the process it started,
+    which must be the harness, not a supervisor that forks it; orphans still reach the outer one)."""
     if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m":
-        return [sys.executable, "-c", _RUN_MODULE, p.to_json(), *argv[2:]]
+        return [sys.executable, "-c", _RUN_MODULE, p.to_json(), "1" if supervised else "0", *argv[2:]]
     return [sys.executable, "-I", "-S", "-c", _BOOT, p.to_json(), *argv]
 
 
-def enter(policy_json: str) -> None:
+def enter(policy_json: str, supervised: bool = True) -> None:
     """In a process about to run a candidate's code: supervise (unless pid 1 of a namespace, whose
-    end kills everything in it) and confine; a process that cannot be confined ends here."""
+    end kills everything in it, or ``supervised`` is False) and confine; a process that cannot be
+    confined ends here."""
     try:
-        if os.getpid() != 1:
+        if supervised and os.getpid() != 1:
             supervise()
         if os.geteuid() == 0:
             drop_capabilities()
@@ -356,8 +360,8 @@ def drop_capabilities() -> None:
             raise ConfinementError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap}) failed")
 
 
-# argv: POLICY MODULE ARGS...; the module runs as `python -m MODULE ARGS...` would run it.
-_RUN_MODULE = ("import sys\nfrom kernelpro.runner.confinement import enter\nenter(sys.argv.pop(1))\n"
+# argv: POLICY SUPERVISED(1|0) MODULE ARGS...; the module runs as `python -m MODULE ARGS...` would run it.
+_RUN_MODULE = ("import sys\nfrom kernelpro.runner.confinement import enter\nenter(sys.argv.pop(1), sys.argv.pop(1) == '1')\n"
                "import runpy\nrunpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n")
 
 

@@ -185,7 +185,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
                str(work / "request.json"), str(work / "result.json")]  # fmt: skip
         rules = confinement.policy([work, cache_dir, *writable], tools=wrapper[:1]) if confined.landlock else None
         if rules and wrapper:  # the profiler's layer lets the harness write its threads' /proc files; the harness's own forbids the rest
-            inner = confinement.command(cmd[len(wrapper):], rules)
+            inner = confinement.command(cmd[len(wrapper):], rules, supervised=False)
             cmd = confinement.command([*wrapper, *inner], dataclasses.replace(rules, proc=True))
         elif rules:
             cmd = confinement.command(cmd, rules)
