@@ -22,6 +22,9 @@ WORKFLOWS = sorted(
 ACTION = ROOT / "action.yml"
 EXAMPLE = ROOT / "examples" / "workflows" / "kernelpro.yml"
 SHA_PIN = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
+# kernelpro's own composite action, as the example workflow uses it: `OWNER/kernelpro@<sha> # vX.Y.Z`.
+KERNELPRO_USES = re.compile(r"^[^/@\s]+/kernelpro@")
+KERNELPRO_LINE = re.compile(r"^\s*uses: ([^/@\s]+/kernelpro@[0-9a-f]{40}) # v\d+\.\d+\.\d+$", re.M)
 LLM_KEY = "KERNELPRO_LLM_API_KEY"
 
 
@@ -59,11 +62,50 @@ def test_no_expression_inside_run(path: Path) -> None:
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
 def test_uses_pinned_by_full_sha(path: Path) -> None:
+    # Every action, kernelpro's own included: a tag can be moved by whoever controls the
+    # repository, and kernelpro's action runs with the publish job's write token
+    # (docs/github.md, "Pinning kernelpro").
     for job, step in _steps(_load(path)):
         if "uses" in step and not step["uses"].startswith("./"):
             assert SHA_PIN.match(step["uses"]), (
                 f"{path.name} {job}: not pinned by SHA: {step['uses']}"
             )
+
+
+def _kernelpro(job: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The job's one step that runs kernelpro: its composite action in the given mode."""
+    steps = [s for s in job["steps"] if KERNELPRO_USES.match(s.get("uses", ""))]
+    assert len(steps) == 1, [s.get("uses") for s in steps]
+    assert steps[0]["with"]["mode"] == mode
+    return steps[0]
+
+
+def test_example_runs_kernelpro_through_its_action_pinned_once() -> None:
+    """One place to pin: the action's commit is the kernelpro version (it installs itself from
+    its own checkout), the same in every job, with the release it is as a `# vX.Y.Z` comment that
+    Dependabot and Renovate keep up to date. No job installs kernelpro any other way."""
+    doc, text = _example(), EXAMPLE.read_text()
+    pins = {name: _kernelpro(job, name)["uses"] for name, job in doc["jobs"].items()}
+    assert set(pins) == {"plan", "optimize", "progress", "publish"}
+    assert len(set(pins.values())) == 1, pins
+    assert KERNELPRO_LINE.findall(text) == list(pins.values()), "each pin carries a # vX.Y.Z comment"
+    for name, job in doc["jobs"].items():
+        for step in job["steps"]:
+            run = step.get("run", "")
+            assert not re.search(r"pip install|kernelpro-venv|kernelpro\"? action", run), (name, run)
+    assert "git+https" not in text
+    # What the action installs is its own checkout, not a second pin.
+    install = next(s for s in _load(ACTION)["runs"]["steps"] if s.get("name") == "Install kernelpro")
+    assert 'pip install --disable-pip-version-check --quiet "$GITHUB_ACTION_PATH"' in install["run"]
+    assert "unset KERNELPRO_LLM_API_KEY" in install["run"]
+    # Every input the example gives exists in action.yml, and every plan output it reads is declared.
+    inputs, outputs = set(_load(ACTION)["inputs"]), set(_load(ACTION)["outputs"])
+    for name, job in doc["jobs"].items():
+        step = _kernelpro(job, name)
+        assert set(step["with"]) <= inputs, (name, set(step["with"]) - inputs)
+    for value in doc["jobs"]["plan"]["outputs"].values():
+        assert re.fullmatch(r"\$\{\{ steps\.plan\.outputs\.(\w+) \}\}", value), value
+        assert value.split(".")[-1].removesuffix(" }}") in outputs, value
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
@@ -99,8 +141,9 @@ def test_plan_is_trusted() -> None:
             # The default branch, never the pull request's head or merge commit.
             assert step["with"]["ref"] == "${{ github.event.repository.default_branch }}"
     assert set(job["outputs"]) >= {"run", "targets", "head_sha", "files"}
-    run = "\n".join(s.get("run", "") for s in job["steps"])
-    assert 'kernelpro" action plan' in run
+    step = _kernelpro(job, "plan")
+    assert step["id"] == "plan" and "env" not in step
+    assert step["with"]["out"] == "${{ runner.temp }}/plan"
 
 
 def test_optimize_is_read_only_and_runs_the_approved_head() -> None:
@@ -112,15 +155,19 @@ def test_optimize_is_read_only_and_runs_the_approved_head() -> None:
     assert job["strategy"]["matrix"]["target"] == "${{ fromJSON(needs.plan.outputs.targets) }}"
     checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["ref"] == "${{ needs.plan.outputs.head_sha }}"
-    optimize = next(s for s in job["steps"] if "action optimize" in s.get("run", ""))
-    assert '--target "$TARGET"' in optimize["run"]
-    assert optimize["env"]["TARGET"] == "${{ matrix.target }}"
-    assert "GITHUB_TOKEN" not in optimize["env"]
+    optimize = _kernelpro(job, "optimize")
+    assert optimize["with"]["kernel"] == "${{ matrix.target }}"
+    assert optimize["with"]["base"] == "${{ needs.plan.outputs.base_sha }}"
+    assert optimize["with"]["head"] == "${{ needs.plan.outputs.head_sha }}"
+    assert optimize["with"]["budget"] == "${{ needs.plan.outputs.budget }}"
+    # Outside the checkout (removed after the run), where the copy for the upload reads it.
+    assert optimize["with"]["out"] == "${{ runner.temp }}/out"
+    assert "token" not in optimize["with"] and set(optimize["env"]) == {LLM_KEY}
     # Results are uploaded by the job that made them, also after a failure, and before any GitHub
     # write of this run's results (publish, which needs this job, is the first writer).
     names = [s.get("uses", "") or s.get("run", "") for s in job["steps"]]
     up = next(i for i, n in enumerate(names) if n.startswith("actions/upload-artifact@"))
-    assert up > next(i for i, n in enumerate(names) if "action optimize" in n)
+    assert up > job["steps"].index(optimize)
     assert job["steps"][up]["if"] == "${{ !cancelled() }}"
     assert job["steps"][up]["with"]["name"] == "kernelpro-result-${{ strategy.job-index }}"
     # The progress job finds each target's optimize job by this name (kernelpro.bot.progress).
@@ -138,11 +185,10 @@ def test_progress_is_trusted_and_cannot_push() -> None:
     # No checkout at all, no secret: it reads the run through the API, artifacts as data.
     assert not any(s.get("uses", "").startswith("actions/checkout@") for s in job["steps"])
     assert "secrets." not in yaml.safe_dump(job)
-    step = next(s for s in job["steps"] if "action progress" in s.get("run", ""))
-    assert step["env"] == {"GITHUB_TOKEN": "${{ github.token }}",
-                           "TARGETS": "${{ needs.plan.outputs.targets }}",
-                           "FILES": "${{ needs.plan.outputs.files }}"}  # fmt: skip
-    assert '--targets="$TARGETS" --files="$FILES"' in step["run"]
+    step = _kernelpro(job, "progress")
+    assert step["with"] == {"mode": "progress", "targets": "${{ needs.plan.outputs.targets }}",
+                            "files": "${{ needs.plan.outputs.files }}"}  # fmt: skip
+    assert "env" not in step
     # It must not hold publish back: publish needs optimize and plan only.
     assert "progress" not in _example()["jobs"]["publish"]["needs"]
     assert job["timeout-minutes"] > _example()["jobs"]["optimize"]["timeout-minutes"]
@@ -157,7 +203,7 @@ def test_llm_key_only_in_the_optimize_step() -> None:
             for step in job.get("steps", []):
                 if LLM_KEY in yaml.safe_dump(step):
                     assert path == EXAMPLE and name == "optimize", (path, name)
-                    assert "action optimize" in step.get("run", ""), step
+                    assert step is _kernelpro(job, "optimize"), step
                     assert step["env"][LLM_KEY] == "${{ secrets.KERNELPRO_LLM_API_KEY }}"
     assert "secrets." not in ACTION.read_text()
 
@@ -181,9 +227,13 @@ def test_publish_runs_no_pull_request_code() -> None:
         s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@")
     )
     assert download["with"]["pattern"] == "kernelpro-result-*"
-    step = next(s for s in job["steps"] if "action publish --checkout . --results" in s.get("run", ""))
-    assert step["env"]["HEAD_SHA"] == "${{ needs.plan.outputs.head_sha }}"
-    assert '--head-sha="$HEAD_SHA"' in step["run"]
+    step = _kernelpro(job, "publish")
+    assert step["with"]["results"] == download["with"]["path"].rstrip("/")
+    assert step["with"]["checkout"] == "."
+    assert step["with"]["head"] == "${{ needs.plan.outputs.head_sha }}"
+    assert "env" not in step
+    # No action from the checkout (`uses: ./...`) either: it would run the repository's code.
+    assert not any(s.get("uses", "").startswith(".") for s in job["steps"])
 
 
 def test_write_permissions_only_in_publish_and_plan() -> None:
