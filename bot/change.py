@@ -17,6 +17,8 @@ import git
 import yaml
 from gitdb.exc import BadName, BadObject
 
+from kernelpro.pysource import import_aliases
+
 __all__ = [
     "CUDA_SUFFIXES",
     "MAX_FILE_BYTES",
@@ -196,24 +198,6 @@ _TRITON_JIT = frozenset(
 )
 
 
-def _import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> fully qualified name, for every import anywhere in the module."""
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    aliases[a.asname] = a.name
-                else:
-                    top = a.name.split(".")[0]
-                    aliases[top] = top
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                if a.name != "*":
-                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
 def _dotted(node: ast.expr) -> list[str] | None:
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -248,7 +232,7 @@ def _triton_kernels(path: str, text: str) -> list[tuple[Kernel, str]]:
         tree = ast.parse(text, filename=path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    aliases = _import_aliases(tree)
+    aliases = import_aliases(tree)
     found: list[tuple[Kernel, str]] = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -33,6 +33,8 @@ import posixpath
 import re
 from collections.abc import Iterator, Mapping
 
+from kernelpro.pysource import import_aliases
+
 from .evaluator import Outcome
 from .trace import Solution
 
@@ -149,23 +151,6 @@ def _python(solution: Solution) -> dict[str, ast.Module]:
     return out
 
 
-def _aliases(module: ast.Module) -> dict[str, str]:
-    """Local name -> the dotted module path or object it stands for, from the module's imports."""
-    names: dict[str, str] = {}
-    for node in ast.walk(module):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    names[a.asname] = a.name
-                else:
-                    head = a.name.split(".")[0]
-                    names[head] = head
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                names[a.asname or a.name] = f"{node.module}.{a.name}"
-    return names
-
-
 def _dotted(node: ast.AST, aliases: Mapping[str, str]) -> str | None:
     """``F.silu`` -> ``torch.nn.functional.silu`` when F is an import alias; None for anything else."""
     parts: list[str] = []
@@ -202,11 +187,11 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
     # What the pull request's own code already does, a candidate may keep doing.
     base_attrs = {_source(n) for m in base.values() for n in ast.walk(m) if isinstance(n, ast.Attribute)}
     base_dotted = {d for m in base.values() for n in ast.walk(m) if isinstance(n, ast.Attribute)
-                   if (d := _dotted(n, _aliases(m))) is not None}  # fmt: skip
+                   if (d := _dotted(n, import_aliases(m))) is not None}  # fmt: skip
     base_called = {n.func.id for m in base.values() for n in ast.walk(m)
                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}  # fmt: skip
     for path, m in cand.items():
-        aliases = _aliases(m)
+        aliases = import_aliases(m)
         own = {p.removesuffix(".py").replace("/", ".") for p in cand} | {posixpath.basename(p)[:-3] for p in cand}
         for node in ast.walk(m):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -324,7 +309,7 @@ def _triton_shape(modules: Mapping[str, ast.Module], entry_file: str, entry_symb
     """(defines a jit kernel anywhere, the entry point launches one from its own file)."""
     has_jit = launched = False
     for path, m in modules.items():
-        jit = _jit_functions(m, _aliases(m))
+        jit = _jit_functions(m, import_aliases(m))
         has_jit |= bool(jit)
         if path == entry_file and jit:
             launched = _launches(m, jit, entry_symbol)
@@ -351,7 +336,7 @@ def _language(cand_sol: Solution, base_sol: Solution, cand: Mapping[str, ast.Mod
 def _calls(module: ast.Module, jit: set[str]) -> tuple[set[str], set[str], bool]:
     """(resolved dotted names called, method names called on values that are not modules, uses `@`) in
     host code."""
-    aliases = _aliases(module)
+    aliases = import_aliases(module)
     names, methods, matmul = set(), set(), False
     for node in _host_nodes(module, jit):
         if isinstance(node, ast.Call):
@@ -380,7 +365,7 @@ def _delegation(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], 
                 language: str) -> str | None:  # fmt: skip
     b_names, b_methods, b_matmul = set(), set(), False
     for m in base.values():
-        n, me, mm = _calls(m, _jit_functions(m, _aliases(m)))
+        n, me, mm = _calls(m, _jit_functions(m, import_aliases(m)))
         b_names |= n
         b_methods |= me
         b_matmul |= mm
@@ -390,7 +375,7 @@ def _delegation(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], 
                and not (n.startswith("torch.") and _neutral_torch(n))}  # fmt: skip
     kernel_target = language in ("triton", "cuda")
     for path, m in cand.items():
-        names, methods, matmul = _calls(m, _jit_functions(m, _aliases(m)))
+        names, methods, matmul = _calls(m, _jit_functions(m, import_aliases(m)))
         for name in sorted(names - b_names):
             if name in r_names or (_short(name) in {_short(r) for r in r_names} and name.startswith("torch.")):
                 return (f"{path} calls {name}, which the reference uses to compute the result: the speedup must come "

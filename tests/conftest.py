@@ -44,6 +44,15 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[NetworkGuard]:
 
 
 @pytest.fixture
+def fake_tools_run_unconfined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests whose fake ncu/compute-sanitizer report their arguments into the test's folder,
+    which a confined process may not write (tests/test_confinement.py): they run as under the
+    operator's opt-in, without Landlock (tests/test_gpu_confinement.py runs the real tools confined)."""
+    monkeypatch.setattr(confinement, "landlock_abi", lambda: 0)
+    monkeypatch.setattr(confinement, "_ALLOW_UNCONFINED", [True])
+
+
+@pytest.fixture
 def server() -> Iterator[FakeOpenAI]:
     fake = FakeOpenAI().start()
     try:

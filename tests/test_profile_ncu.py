@@ -24,16 +24,8 @@ from kernelpro.runner.profile.ncu import (
     parse_csv,
 )
 
-
-@pytest.fixture(autouse=True)
-def fake_tools_run_unconfined(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake tools here report their arguments into the test's folder, which a confined process
-    may not write (tests/test_confinement.py): they run as under the operator's opt-in, without
-    Landlock (tests/test_gpu_confinement.py runs the real tools confined)."""
-    from kernelpro.runner import confinement
-
-    monkeypatch.setattr(confinement, "landlock_abi", lambda: 0)
-    monkeypatch.setattr(confinement, "_ALLOW_UNCONFINED", [True])
+# The fake tools write into the test's folder: they run unconfined (conftest.py).
+pytestmark = pytest.mark.usefixtures("fake_tools_run_unconfined")
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 LONG_SB = "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"

@@ -19,16 +19,8 @@ from kernelpro.runner.standby import NcuStandby, imports_of
 from kernelpro.runner.target import Tolerance
 from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
 
-
-@pytest.fixture(autouse=True)
-def fake_tools_run_unconfined(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake tools here report their arguments into the test's folder, which a confined process
-    may not write (tests/test_confinement.py): they run as under the operator's opt-in, without
-    Landlock (tests/test_gpu_confinement.py runs the real tools confined)."""
-    from kernelpro.runner import confinement
-
-    monkeypatch.setattr(confinement, "landlock_abi", lambda: 0)
-    monkeypatch.setattr(confinement, "_ALLOW_UNCONFINED", [True])
+# The fake tools write into the test's folder: they run unconfined (conftest.py).
+pytestmark = pytest.mark.usefixtures("fake_tools_run_unconfined")
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "fixtures" / "h200"
