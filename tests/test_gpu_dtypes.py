@@ -28,17 +28,22 @@ import triton.language as tl
 
 
 @triton.jit
-def _double(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+def _double(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
     offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, (x.to(tl.float32) * 2).to(y_ptr.dtype.element_ty), mask=mask)
+    if WIDE:  # float64 in float64: through float32 it would be off by 6e-8, refused at float64's 1e-8
+        y = x * 2
+    else:  # the narrow kinds (float8 has no arithmetic of its own) through float32
+        y = (x.to(tl.float32) * 2).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + offs, y, mask=mask)
 
 
 def forward(x):
     y = torch.empty_like(x)
     BLOCK_SIZE, num_warps = 1024, 4
-    _double[(triton.cdiv(x.numel(), BLOCK_SIZE),)](x, y, x.numel(), BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    _double[(triton.cdiv(x.numel(), BLOCK_SIZE),)](x, y, x.numel(), BLOCK_SIZE=BLOCK_SIZE,
+                                                 WIDE=x.dtype == torch.float64, num_warps=num_warps)
     return y, BLOCK_SIZE, num_warps
 """
 
