@@ -189,6 +189,10 @@ class EvalSettings:
     was 3.5 s (benchmarks/results-h200-evaluator-*session4*)."""
     judge_during: bool = True
     """Judge each saved output while the child goes on (never while it times), not all after it."""
+    judge_on: str = "auto"
+    """Where this process compares outputs with the reference: 'auto' is the GPU of a CUDA evaluation
+    (on the H200, host judging of the demo's 64M-element outputs was 97.6 s of a 112 s run of child
+    time, benchmarks/results-h200-session9), falling back to the host if the GPU refuses; 'cpu' the host."""
     float64_reference: bool = False
     """Also run the reference in float64 and accept TF32-style differences by KernelOPT's error ratio."""
     memory_limit_mb: int = 32_768
@@ -413,6 +417,8 @@ class _OutputJudge:
         self.ratios: list[float] = []
         self.previous: list[Any] = []
         self.failed: Exception | None = None  # a _Verdict, or what judging a garbage file raised
+        self.device = "cpu"  # where outputs are compared: set by _judges from EvalSettings.judge_on
+        self.fallback = ""  # why a GPU judge moved to the host
 
     @property
     def finished(self) -> bool:
@@ -471,6 +477,7 @@ class _OutputJudge:
                                "are not what the call had written when it returned (their digest, committed to the "
                                "parent before it said which calls it checks, differs): work done after the call, "
                                "once the candidate knew the call was checked, or on a stream the harness never saw")
+        got, want, want64 = _placed(self, got, want, want64)
         if where.get("run") == "second poison" and _identical(got, self.previous):
             return  # bit for bit the first run of this trial, which passed: the same verdict, for free
         self.previous = got
@@ -494,7 +501,42 @@ class _OutputJudge:
                                "timing_checks": self.n_checks}  # fmt: skip
         if self.ratios:
             out["float64_ratio"] = max(self.ratios)
+        out["judged_on"] = self.fallback or self.device
         return out
+
+
+def judge_device(setting: str, device: str) -> str:
+    """Where outputs are compared: the GPU of a CUDA evaluation unless told 'cpu' (or CUDA is not
+    usable in this process)."""
+    if setting not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"judge_on must be 'auto', 'cpu' or 'cuda', not {setting!r}")
+    if setting == "cpu" or not device.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _placed(judge: _OutputJudge, got: list[Any], want: Any, want64: Any) -> tuple[list[Any], Any, Any]:
+    """The candidate's outputs and the reference's, on the judge's device. The digest check has been
+    done on the loaded host copy already; a GPU that refuses (out of memory, a lost context) moves
+    this judge to the host for good, so a verdict never depends on the GPU's state."""
+    if judge.device == "cpu":
+        return got, want, want64
+    import torch
+
+    def on(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.to(judge.device, non_blocking=False)
+        if isinstance(x, (list, tuple)):
+            return type(x)(on(v) for v in x)
+        return x
+
+    try:
+        return on(got), on(want), on(want64)
+    except Exception as e:  # noqa: BLE001 - out of memory, a lost context, a torch built without CUDA
+        judge.device, judge.fallback = "cpu", f"judged on the host: the GPU refused ({e!s:.200})"
+        return got, want, want64
 
 
 def _follow(judges: Sequence[_OutputJudge], keeper: Timekeeper) -> None:
@@ -517,7 +559,7 @@ def _identical(a: list[Any], b: list[Any]) -> bool:
 
     return len(a) == len(b) and all(
         isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
-        and x.shape == y.shape and x.stride() == y.stride() and same(x, y)
+        and x.shape == y.shape and x.stride() == y.stride() and x.device == y.device and same(x, y)
         for x, y in zip(a, b, strict=True)
     )  # fmt: skip
 
@@ -549,13 +591,16 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
 
 
 def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
-            work: Path, keeper: Timekeeper, offset: int) -> list[_OutputJudge]:  # fmt: skip
+            work: Path, keeper: Timekeeper, offset: int, device: str) -> list[_OutputJudge]:  # fmt: skip
     from .harness import trial_seed
 
     cap = _output_cap(req)
-    return [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
-                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap, offset)
-            for wi, w in enumerate(workloads)]  # fmt: skip
+    judges = [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
+                           [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap, offset)
+              for wi, w in enumerate(workloads)]  # fmt: skip
+    for j in judges:
+        j.device = device
+    return judges
 
 
 def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_OutputJudge],
@@ -605,12 +650,13 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     ref, offset = got
 
     judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
+    on = judge_device(settings.judge_on, settings.device)
     judges: list[_OutputJudge] = []
     keeper = Timekeeper([p[offset:offset + settings.checks] for p in ref.pools], settings.device, req["timing"])
 
     def judges_in(work: Path) -> list[_OutputJudge]:  # the work directory is known once the child starts
         if not judges:
-            judges.extend(_judges(definition, workloads, req, ref, work, keeper, offset))
+            judges.extend(_judges(definition, workloads, req, ref, work, keeper, offset, on))
         return judges
 
     def during(work: Path) -> None:
