@@ -309,6 +309,28 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class ProgrammerUse:
+    """Who wrote a target's candidates, and for a model its use, as the runner counted it."""
+
+    name: str
+    """The programmer (tuner, llm, ...)."""
+    model: str
+    """The model's name; '' for programmers that are not a model."""
+    host: str
+    """The provider's host (and port), never the full URL or a credential; ''."""
+    requests: int
+    """Chat-completions requests sent."""
+    tokens_in: int
+    """Prompt tokens, as the provider counted them."""
+    tokens_out: int
+    """Completion tokens, as the provider counted them."""
+    retries: int
+    """Retries (the SDK's and kernelpro's own)."""
+    errors: int
+    """Requests that ended in an error."""
+
+
+@dataclass(frozen=True)
 class TargetResults:
     """Everything publish needs about one optimized target, validated."""
 
@@ -370,6 +392,8 @@ class TargetResults:
     """Repository-relative files the patch modifies."""
     confinement: str = ""
     """What confined the candidates (runner/confinement.py), as the runner recorded it; '' if not recorded."""
+    programmer: ProgrammerUse | None = None
+    """Who wrote the candidates; None where result.json does not say."""
 
 
 @dataclass(frozen=True)
@@ -640,6 +664,23 @@ def _pairs_num(r: _Reader, v: Any, where: str, as_int: bool) -> tuple[tuple[str,
                  for k, x in o.items())  # fmt: skip
 
 
+def _programmer(r: _Reader, v: Any, where: str) -> ProgrammerUse | None:
+    if v is None or v == {}:
+        return None
+    o = r.obj(v, where)
+
+    def count(key: str) -> int:
+        return r.int_(o.get(key, 0), f"{where}.{key}", 0, 10**12)
+
+    return ProgrammerUse(
+        name=r.name(r.get(o, "name", where), f"{where}.name"),
+        model=r.opt_text(o.get("model"), f"{where}.model", 200),
+        host=r.opt_text(o.get("host"), f"{where}.host", 200),
+        requests=count("requests"), tokens_in=count("tokens_in"), tokens_out=count("tokens_out"),
+        retries=count("retries"), errors=count("errors"),
+    )
+
+
 def _target(r: _Reader, v: Any, where: str, allowed: Mapping[str, Sequence[str]]) -> TargetResults:
     o = r.obj(v, where)
     name = r.name(r.get(o, "target", where), f"{where}.target")
@@ -737,6 +778,7 @@ def _target(r: _Reader, v: Any, where: str, allowed: Mapping[str, Sequence[str]]
         patch="",
         patch_files=(),
         confinement=r.opt_text(o.get("confinement"), f"{w}.confinement", 300),
+        programmer=_programmer(r, o.get("programmer"), f"{w}.programmer"),
     )
     _consistent(r, w, out)
     return out

@@ -537,7 +537,7 @@ def render_comment(state: str, **ctx: Any) -> str:
     Every value in ``ctx`` must already be escaped (:func:`md`, :func:`code_block`, a safe URL):
     the template adds no escaping of its own, exactly like the PR body's."""
     base: dict[str, Any] = {"model_label": None, "n": 0, "i": 0, "evaluations": 0, "best": "", "reason": "",
-                            "pr_url": None, "run_url": None}  # fmt: skip
+                            "pr_url": None, "run_url": None, "programmers": []}  # fmt: skip
     return _fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
 
 
@@ -631,7 +631,18 @@ def render_summary_comment(results: Results, *, pr_number: int | None = None, he
         head_sha=head[:12], base_sha=base[:12], pr_url=url, follow_note=follow_note,
         reason=md(reason, 500) if reason and not url else "", run_url=_safe_url(run_url),
         model_label=model_label(model_written) if model_written else None,
+        programmers=[_model_use(t) for t in results.targets if t.programmer is not None and t.programmer.model],
     )
+
+
+def _model_use(t: TargetResults) -> dict[str, Any]:
+    """A model programmer's use of its provider for one kernel, escaped (issue 21: the comment counts
+    requests, tokens, retries and errors, and names the model and the provider's host)."""
+    p = t.programmer
+    assert p is not None
+    return {"kernel": _name(t), "name": md(p.name, 40), "model": md(p.model, 100), "host": md(p.host, 100),
+            "requests": p.requests, "tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
+            "retries": p.retries, "errors": p.errors}  # fmt: skip
 
 
 def render_job_summary(results: Results, model_written: Sequence[str] = ()) -> str:

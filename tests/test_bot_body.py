@@ -316,3 +316,32 @@ def test_base_branch_comparison_shows_its_side_by_side_range(gpu: Results) -> No
     t = dataclasses.replace(t, base_branch=BaseBranch("PASSED", None, verdict="not compared"))
     assert "not compared: a kernel failed when the two were re-measured side by side" in body(
         dataclasses.replace(gpu, targets=(t,)))
+
+
+def test_the_summary_comment_counts_a_models_use_of_its_provider(tmp_path: Path) -> None:
+    """Issue 21: the PR comment names the model and the provider's host and counts requests,
+    tokens, retries and errors, as result.json recorded them; all of it is escaped text."""
+    from kernelpro.bot.body import render_summary_comment
+
+    def llm(t: dict[str, Any]) -> None:
+        t["programmer"] = {"name": "llm", "model": "@octocat <b>gpt</b>", "host": "https://evil.example/x",
+                           "requests": 12, "tokens_in": 40_000, "tokens_out": 9_000, "retries": 2, "errors": 1,
+                           "answered": 11, "all_failed": False}  # fmt: skip
+
+    c = render_summary_comment(load_results(_edited(tmp_path, llm), allowed_files=ALLOWED), pr_number=7,
+                               head_sha=SHA, run_url=RUN)  # fmt: skip
+    assert "12 request(s), 40000 tokens in and 9000 out, 2 retry(ies), 1 error(s)" in c
+    assert "Candidates for `swiglu` were written by llm" in c
+    assert "<b>" not in c and "@octocat" not in c and "https://evil" not in c
+    tuner = render_summary_comment(load_results(H200, allowed_files=ALLOWED), pr_number=7, head_sha=SHA, run_url=RUN)
+    assert "request(s)" not in tuner  # a tuner (or an older result.json) is not a model
+
+
+def test_a_malformed_programmer_record_is_refused(tmp_path: Path) -> None:
+    def bad(t: dict[str, Any]) -> None:
+        t["programmer"] = {"name": "llm", "model": "m", "requests": -3}
+
+    from kernelpro.bot.artifact import ArtifactError
+
+    with pytest.raises(ArtifactError, match="programmer.requests"):
+        load_results(_edited(tmp_path, bad), allowed_files=ALLOWED)
