@@ -46,6 +46,7 @@ __all__ = [
     "Knob",
     "KnobError",
     "apply_knobs",
+    "explain",
     "find_knobs",
     "neighbours",
     "whole_range",
@@ -88,13 +89,17 @@ class Knob:
     name: str
     """Stable id: enclosing function qualname (or ``<module>``) ``:`` parameter, e.g. ``swiglu:BLOCK_SIZE``."""
     kind: str
-    """``block`` (a power-of-two tile/block size), ``num_warps`` or ``num_stages``."""
+    """``block`` (a power-of-two tile/block size), ``num_warps``, ``num_stages`` or ``divisor`` (a power
+    of two a computed launch value is divided by: ``num_warps = block // 256``)."""
     value: int
     """Current value in the source (Triton's default when the keyword is absent)."""
     choices: tuple[int, ...]
     """Allowed values, sorted ascending; always contains ``value``."""
     line: int
     """1-based line of the literal that holds the value (or where a missing keyword goes)."""
+    rule: str = ""
+    """How a value that is not a literal is written: ``scale`` (the value is a log2 factor on a computed
+    launch value: 1 doubles it, -1 halves it), ``list`` (an end of an autotune value list); empty for a literal."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,19 @@ class _Site:
     """Text before the inserted ``keyword=value`` (a separating comma when one is needed)."""
     trail: str = ""
     """Text after the inserted keyword (keeps an existing trailing comma style)."""
+    rule: str = ""
+    """``line`` (an adjustment line after a computed binding), ``expr`` (a computed expression wrapped
+    in place), ``list`` (an autotune value list); empty for a literal or a keyword insertion."""
+    base: str = ""
+    """``line``: the variable; ``expr``: the source text of the unscaled expression; ``list``: ``min``/``max``."""
+    kind: str = ""
+    """Knob kind, which picks how a scale is written (warps are capped at 32, blocks floored at 16)."""
+    indent: str = ""
+    """``line``: indentation of the binding; ``list``: the list's opening and closing brackets."""
+    lo: int = 0
+    """``line``: order of the variable in its binding (lines inserted together follow it); ``list``: its smallest value."""
+    hi: int = 0
+    """``list``: its largest value."""
 
 
 @dataclass
@@ -123,8 +141,11 @@ class _Scope:
     """Dotted name used in knob ids; ``<module>`` for the module."""
     parent: _Scope | None
     """Enclosing scope; None for the module."""
-    bindings: dict[str, list[ast.Constant | None]] = field(default_factory=dict)
-    """Name -> one entry per binding: the int literal for ``X = 128``, else None."""
+    bindings: dict[str, list[ast.Constant | ast.Assign | None]] = field(default_factory=dict)
+    """Name -> one entry per binding: the int literal for ``X = 128``, the statement for a computed
+    ``X = f(n)`` (or ``X, Y = f(n)``), else None."""
+    adjusts: dict[int, ast.Assign] = field(default_factory=dict)
+    """Line -> a tuner adjustment ``X = min(X * 2, 32)`` made there (also one of X's bindings)."""
     globals: set[str] = field(default_factory=set)
     """Names declared ``global`` here."""
     nonlocals: set[str] = field(default_factory=set)
@@ -258,7 +279,7 @@ class _Collector(ast.NodeVisitor):
 
     # -- bindings ---------------------------------------------------------------------------
 
-    def _bind(self, name: str, literal: ast.Constant | None) -> None:
+    def _bind(self, name: str, literal: ast.Constant | ast.Assign | None) -> None:
         scope = self.scope
         if name in scope.globals:
             scope = self.module
@@ -291,8 +312,15 @@ class _Collector(ast.NodeVisitor):
                     assert isinstance(val, ast.Constant)
                     self._bind(tgt.id, val)
                     handled.add(id(tgt))
-        # Every other name this statement stores (chained targets, a name paired with a
-        # non-literal) is a non-literal binding, which disqualifies the name as a knob.
+        # A plain `X = f(n)` / `X, Y = f(n)` is a computed binding the tuner can adjust after it;
+        # every other name this statement stores (chained targets, starred or nested unpacking) is
+        # a non-literal binding, which disqualifies the name as a knob.
+        computed = len(node.targets) == 1 and (
+            isinstance(node.targets[0], ast.Name)
+            or (isinstance(node.targets[0], ast.Tuple) and all(isinstance(e, ast.Name) for e in node.targets[0].elts))
+        )
+        if computed and isinstance(node.targets[0], ast.Name) and _unscaled(node.value, node.targets[0].id):
+            self.scope.adjusts[node.lineno] = node
         for target in node.targets:
             for sub in ast.walk(target):
                 if (
@@ -300,7 +328,7 @@ class _Collector(ast.NodeVisitor):
                     and isinstance(sub.ctx, ast.Store)
                     and id(sub) not in handled
                 ):
-                    self._bind(sub.id, None)
+                    self._bind(sub.id, node if computed else None)
         self.visit(node.value)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -451,6 +479,14 @@ def _mark_wrapped_kernels(tree: ast.Module, kernels: dict[str, _Kernel]) -> None
 
 def _resolve(name: str, scope: _Scope, module: _Scope) -> tuple[ast.Constant, _Scope] | None:
     """The single int literal ``name`` is bound to as seen from ``scope``, with its scope."""
+    found = _lookup(name, scope, module)
+    if found is not None and len(found[0]) == 1 and isinstance(found[0][0], ast.Constant):
+        return found[0][0], found[1]
+    return None
+
+
+def _lookup(name: str, scope: _Scope, module: _Scope) -> tuple[list[ast.Constant | ast.Assign | None], _Scope] | None:
+    """Every binding of ``name`` in the scope Python finds it in from ``scope``, with that scope."""
     current: _Scope | None = scope
     first = True
     while current is not None:
@@ -462,9 +498,7 @@ def _resolve(name: str, scope: _Scope, module: _Scope) -> tuple[ast.Constant, _S
             current = module
         bindings = current.bindings.get(name)
         if bindings is not None and name not in current.nonlocals:
-            if len(bindings) == 1 and bindings[0] is not None:
-                return bindings[0], current
-            return None
+            return bindings, current
         first = False
         current = current.parent
     return None
@@ -490,19 +524,266 @@ def _looks_like_launch(call: ast.Call, kernel: _Kernel | None) -> bool:
     return False
 
 
+# Scale rules: a computed launch value is multiplied or divided by a power of two, never replaced by
+# a literal, so the repository's own heuristic keeps choosing per shape and the diff reads as a rule.
+SCALE_SHIFTS: tuple[int, ...] = (-2, -1, 0, 1, 2)
+WARPS_MAX = 32
+
+
+def _scaled(base: str, shift: int, kind: str) -> str:
+    """``base`` (an expression's text) scaled by ``2**shift``: warps stay in 1..32, blocks >= 16."""
+    if shift == 0:
+        return base
+    factor = 1 << abs(shift)
+    if shift > 0:
+        return f"min({base} * {factor}, {WARPS_MAX})" if kind == "num_warps" else f"{base} * {factor}"
+    return f"max({base} // {factor}, {1 if kind == 'num_warps' else BLOCK_MIN})"
+
+
+def _unscaled(node: ast.expr, var: str | None = None, kind: str | None = None) -> tuple[ast.expr, int] | None:
+    """(base, shift) when ``node`` reads as ``_scaled(base, shift, kind)`` (``base`` the name ``var``
+    when given; any kind when ``kind`` is None); else None."""
+
+    def factor(n: ast.expr) -> int:
+        return n.value.bit_length() - 1 if _is_int_literal(n) and n.value in (2, 4) else 0  # type: ignore[attr-defined]
+
+    found: tuple[ast.expr, int] | None = None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and factor(node.right) and kind in (None, "block"):
+        found = node.left, factor(node.right)
+    elif (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2
+        and not node.keywords and _is_int_literal(node.args[1]) and isinstance(node.args[0], ast.BinOp)
+        and factor(node.args[0].right)
+    ):  # fmt: skip
+        inner, bound = node.args[0], node.args[1].value  # type: ignore[attr-defined]
+        if node.func.id == "min" and isinstance(inner.op, ast.Mult) and bound == WARPS_MAX and kind in (None, "num_warps"):
+            found = inner.left, factor(inner.right)
+        floor = {None: (1, BLOCK_MIN), "num_warps": (1,), "block": (BLOCK_MIN,)}.get(kind, ())
+        if node.func.id == "max" and isinstance(inner.op, ast.FloorDiv) and bound in floor:
+            found = inner.left, -factor(inner.right)
+    if found is not None and var is not None and not (isinstance(found[0], ast.Name) and found[0].id == var):
+        return None
+    return found
+
+
+def _atom(text: str, node: ast.expr) -> str:
+    """``text`` (the source of ``node``), parenthesised unless it binds tighter than ``*``."""
+    simple = ast.Name | ast.Attribute | ast.Call | ast.Subscript | ast.Constant
+    return text if isinstance(node, simple) else f"({text})"
+
+
+def _span(text: _Text, node: ast.expr) -> tuple[int, int]:
+    assert node.end_lineno is not None and node.end_col_offset is not None
+    return text.offset(node.lineno, node.col_offset), text.offset(node.end_lineno, node.end_col_offset)
+
+
+def _expr_site(node: ast.expr, kind: str, text: _Text) -> tuple[int, _Site]:
+    """A computed expression scaled where it stands: (current shift, site)."""
+    parsed = _unscaled(node, None, kind)
+    base, shift = parsed if parsed is not None else (node, 0)
+    b0, b1 = _span(text, base)
+    start, end = _span(text, node)
+    return shift, _Site(start, end, rule="expr", base=_atom(text.source[b0:b1], base), kind=kind)
+
+
+def _line_site(var: str, bindings: list[ast.Constant | ast.Assign | None], owner: _Scope, kind: str,
+               text: _Text) -> tuple[int, _Site] | str:  # fmt: skip
+    """A computed binding ``var = f(n)`` adjusted by a line right after it: (current shift, site), or
+    why it cannot be."""
+    stmts = [b for b in bindings if isinstance(b, ast.Assign)]
+    if len(stmts) != len(bindings):
+        return f"`{var}` is a parameter, a loop variable or an import, whose value the caller or the loop sets"
+    firsts = [b for b in stmts if b.lineno not in owner.adjusts]
+    if len(firsts) != 1:
+        return f"`{var}` is assigned {len(stmts)} times in `{owner.qualname}`, so no one assignment decides it"
+    first = firsts[0]
+    assert first.end_lineno is not None and first.end_col_offset is not None
+    run: list[ast.Assign] = []
+    line = first.end_lineno + 1
+    while (adjust := owner.adjusts.get(line)) is not None and adjust.col_offset == first.col_offset:
+        run.append(adjust)
+        line = (adjust.end_lineno or line) + 1
+    mine = [b for b in stmts if b is not first]
+    if len(mine) > 1 or (mine and mine[0] not in run):
+        return f"`{var}` is reassigned away from its computation in `{owner.qualname}`"
+    start = text.offset(first.lineno, first.col_offset)
+    indent = text.source[text.starts[first.lineno - 1] : start]
+    last = run[-1] if run else first
+    assert last.end_lineno is not None
+    if indent.strip() or last.end_lineno >= len(text.starts):
+        return f"the assignment of `{var}` shares its line with other code"
+    after = text.offset(first.end_lineno, first.end_col_offset)
+    rest = text.source[after : text.starts[first.end_lineno]]
+    if rest.strip() and not rest.strip().startswith("#"):
+        return f"the assignment of `{var}` shares its line with other code"
+    newline = rest[len(rest.rstrip("\r\n")) :]
+    target = first.targets[0]
+    order = [e.id for e in target.elts].index(var) if isinstance(target, ast.Tuple) else 0  # type: ignore[attr-defined]
+    shift = 0
+    if mine:
+        parsed = _unscaled(mine[0].value, var, kind)
+        if parsed is None:
+            return f"`{var}` is reassigned away from its computation in `{owner.qualname}`"
+        shift = parsed[1]
+        start, end = text.starts[mine[0].lineno - 1], text.starts[(mine[0].end_lineno or 0)]
+    else:
+        start = end = text.starts[last.end_lineno]
+    return shift, _Site(start, end, trail=newline, rule="line", base=var, kind=kind, indent=indent, lo=order)
+
+
+def _inner_knobs(expr: ast.expr, kind: str, text: _Text, label: str, prefix: str,
+                 add: Callable[[str, str, str, int, _Site], None]) -> bool:  # fmt: skip
+    """The literals a computed launch value is shaped by, as knobs: caps and floors (``min(x, 32)``,
+    ``max(8, x)``) and power-of-two divisors (``n // 256``, ``triton.cdiv(n, 32)``). Editing one keeps
+    the heuristic and moves where it saturates or how it grows, the rule a reviewer reads. True when
+    any was found."""
+    found = False
+    for node in ast.walk(expr):
+        pairs: list[tuple[str, ast.expr]] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+            pairs = [("cap" if node.func.id == "min" else "floor", a) for a in node.args]
+        elif isinstance(node, ast.Call) and _dotted_tail(node.func) == "cdiv" and len(node.args) == 2:
+            pairs = [("div", node.args[1])]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv | ast.RShift):
+            pairs = [("div" if isinstance(node.op, ast.FloorDiv) else "shift", node.right)]
+        for role, arg in pairs:
+            if not _is_int_literal(arg) or role == "shift":
+                continue
+            value = arg.value  # type: ignore[attr-defined]
+            knob_kind = "divisor" if role == "div" else kind
+            if not _is_power_of_two(value) or (role == "div" and value < 2):
+                continue
+            if knob_kind == "num_warps" and value not in NUM_WARPS_CHOICES:
+                continue
+            add(label, f"{prefix}.{role}", knob_kind, value, _Site(*_span(text, arg)))
+            found = True
+    return found
+
+
+def _list_style(kind: str, values: Sequence[int]) -> bool:
+    """Whether ``values`` is what :func:`_list_values` writes for its ends: ascending doublings (pipeline
+    stages: ascending by one)."""
+    if not values or any(v <= 0 for v in values):
+        return False
+    return list(values) == _list_values(kind, values[0], values[-1])
+
+
+def _list_values(kind: str, lo: int, hi: int) -> list[int]:
+    out: list[int] = []
+    v = lo
+    while v <= hi:
+        out.append(v)
+        v = v + 1 if kind == "num_stages" else v * 2
+    return out
+
+
+def _config_role(elt: ast.expr) -> dict[str, tuple[str, str]]:
+    """Variable -> (knob kind, config key) for the names a ``triton.Config(...)`` expression uses as a
+    launch value."""
+    roles: dict[str, tuple[str, str]] = {}
+    if not isinstance(elt, ast.Call) or _dotted_tail(elt.func) != "Config":
+        return roles
+    if elt.args and isinstance(elt.args[0], ast.Dict):
+        for k, v in zip(elt.args[0].keys, elt.args[0].values, strict=True):
+            if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Name):
+                roles[v.id] = ("block", k.value)
+    for kw in elt.keywords:
+        if kw.arg in ("num_warps", "num_stages") and isinstance(kw.value, ast.Name):
+            roles[kw.value.id] = (kw.arg, kw.arg)
+    return roles
+
+
+def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str, int, _Site], None],
+                     notes: list[str]) -> None:  # fmt: skip
+    """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
+    lists a config comprehension iterates) and of ``@triton.heuristics`` values (scaled in place)."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in fn.decorator_list:
+            tail = _dotted_tail(deco)
+            if not isinstance(deco, ast.Call) or tail not in ("autotune", "heuristics"):
+                continue
+            named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
+            arg = named.get("configs" if tail == "autotune" else "values", deco.args[0] if deco.args else None)
+            where = f"`@triton.{tail}` of `{fn.name}` (line {deco.lineno})"
+            if tail == "heuristics":
+                if not isinstance(arg, ast.Dict):
+                    notes.append(f"{where}: its values are not a dict the tuner can read")
+                    continue
+                for k, v in zip(arg.keys, arg.values, strict=True):
+                    key = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else ""
+                    # fla names its tiles BK, BT, BV: a heuristic computes them from the problem sizes.
+                    tile = key and (_looks_like_block(key) or re.fullmatch(r"B[A-Z]{1,2}", key))
+                    kind = "num_warps" if key == "num_warps" else "block" if tile else ""
+                    # Literals inside the heuristic are its readable rule; without any, it is scaled.
+                    if (kind and isinstance(v, ast.Lambda)
+                            and not _inner_knobs(v.body, kind, text, fn.name, f"heuristics.{key}", add)):  # fmt: skip
+                        add(fn.name, f"heuristics.{key}.scale", kind, *_expr_site(v.body, kind, text))
+                continue
+            if isinstance(arg, ast.List | ast.Tuple) and arg.elts:
+                for i, cfg in enumerate(arg.elts):
+                    if not isinstance(cfg, ast.Call) or _dotted_tail(cfg.func) != "Config":
+                        continue
+                    pairs: list[tuple[str, str, ast.expr]] = [
+                        (kw.arg, kw.arg, kw.value) for kw in cfg.keywords if kw.arg in ("num_warps", "num_stages")
+                    ]
+                    if cfg.args and isinstance(cfg.args[0], ast.Dict):
+                        pairs += [("block", k.value, v) for k, v in zip(cfg.args[0].keys, cfg.args[0].values, strict=True)
+                                  if isinstance(k, ast.Constant) and isinstance(k.value, str)]  # fmt: skip
+                    for kind, key, v in pairs:
+                        if not _is_int_literal(v) or (kind == "block" and not _is_power_of_two(v.value)):  # type: ignore[attr-defined]
+                            continue
+                        start, end = _span(text, v)
+                        add(fn.name, f"autotune[{i}].{key}", kind, v.value, _Site(start, end))  # type: ignore[attr-defined]
+            elif isinstance(arg, ast.ListComp | ast.GeneratorExp):
+                roles = _config_role(arg.elt)
+                for gen in arg.generators:
+                    if not isinstance(gen.target, ast.Name) or gen.target.id not in roles:
+                        continue
+                    kind, key = roles[gen.target.id]
+                    values = [e.value for e in gen.iter.elts if _is_int_literal(e)] if isinstance(gen.iter, ast.List | ast.Tuple) else []  # type: ignore[attr-defined]  # fmt: skip
+                    if not isinstance(gen.iter, ast.List | ast.Tuple) or len(values) != len(gen.iter.elts):
+                        shown = ast.get_source_segment(text.source, gen.iter) or "?"
+                        notes.append(f"{where}: `{key}` takes its values from `{shown[:60]}`, not a literal list")
+                        continue
+                    if not _list_style(kind, values):
+                        notes.append(f"{where}: the `{key}` values {values} are not consecutive "
+                                     f"{'integers' if kind == 'num_stages' else 'powers of two'}")  # fmt: skip
+                        continue
+                    start, end = _span(text, gen.iter)
+                    brackets = text.source[start] + text.source[end - 1]
+                    for end_name, value in (("min", values[0]), ("max", values[-1])):
+                        site = _Site(start, end, rule="list", base=end_name, kind=kind, indent=brackets,
+                                     lo=values[0], hi=values[-1])  # fmt: skip
+                        add(fn.name, f"autotune.{key}.{end_name}", kind, value, site)
+            else:
+                code = ast.get_source_segment(text.source, arg) if arg is not None else "nothing"
+                notes.append(f"{where}: its configs come from `{(code or '?')[:60]}`, which the tuner cannot "
+                             "read (a list of triton.Config, or a comprehension over literal lists, it can)")  # fmt: skip
+
+
 def _scan(source: str) -> list[tuple[Knob, _Site]]:
+    return _scan_notes(source)[0]
+
+
+def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
+    """The knobs of ``source`` and, for each launch value that is not one, why."""
     tree = ast.parse(source)
     collector = _Collector()
     collector.visit(tree)
     _mark_wrapped_kernels(tree, collector.kernels)
     text = _Text(source)
+    notes: list[str] = []
 
-    # Keyed by site so a constant shared by two launches is one knob.
-    found: dict[tuple[int, str | None], tuple[str, str, str, int, _Site]] = {}
-    conflicting: set[tuple[int, str | None]] = set()
+    # Keyed by site (and, for lines inserted after one binding, by variable) so a constant shared
+    # by two launches is one knob.
+    Key = tuple[int, str | None, str]
+    found: dict[Key, tuple[str, str, str, int, _Site]] = {}
+    conflicting: set[Key] = set()
 
     def add(label: str, param: str, kind: str, value: int, site: _Site) -> None:
-        key = (site.start, site.keyword)
+        key = (site.start, site.keyword, site.base)
         if key in found:
             if found[key][2] != kind:
                 conflicting.add(key)
@@ -534,13 +815,45 @@ def _scan(source: str) -> list[tuple[Knob, _Site]]:
                 continue
             literal: ast.Constant | None = None
             owner = scope
+            # Computed values are scaled, never replaced: named block sizes and warps only (an
+            # unnamed constexpr may be a problem size, and stages do not scale).
+            scalable = kind == "num_warps" or (kind == "block" and min_block == 1)
+            shown = ast.get_source_segment(source, kw.value) or "?"
+            where = f"`{kw.arg}={shown[:60]}` in `{scope.qualname}` (line {kw.value.lineno})"
             if _is_int_literal(kw.value):
                 assert isinstance(kw.value, ast.Constant)
                 literal = kw.value
             elif isinstance(kw.value, ast.Name):
-                resolved = _resolve(kw.value.id, scope, collector.module)
-                if resolved is not None:
-                    literal, owner = resolved
+                looked = _lookup(kw.value.id, scope, collector.module)
+                bindings, owner = looked if looked is not None else ([], collector.module)
+                if len(bindings) == 1 and isinstance(bindings[0], ast.Constant):
+                    literal = bindings[0]
+                elif not scalable:
+                    # An unnamed constexpr is more often a problem size than a tile: not worth a note.
+                    if min_block != BLOCK_MIN:
+                        notes.append(f"{where}: a computed {kw.arg} is not tuned")
+                    continue
+                else:
+                    made = _line_site(kw.value.id, bindings, owner, kind, text) if bindings else "not assigned in this file"
+                    if isinstance(made, tuple):
+                        add(owner.qualname, f"{kw.value.id}.scale", kind, *made)
+                        first = next(b for b in bindings if isinstance(b, ast.Assign) and b.lineno not in owner.adjusts)
+                        if isinstance(first.targets[0], ast.Name):
+                            _inner_knobs(first.value, kind, text, owner.qualname, kw.value.id, add)
+                    elif kind == "num_warps":
+                        # Warps feed nothing but the launch, so scaling them where they are passed is safe.
+                        add(scope.qualname, f"{kw.arg}.scale", kind, *_expr_site(kw.value, kind, text))
+                    else:
+                        notes.append(f"{where}: {made}")
+                    continue
+            elif scalable:
+                if not _inner_knobs(kw.value, kind, text, scope.qualname, kw.arg, add):
+                    add(scope.qualname, f"{kw.arg}.scale", kind, *_expr_site(kw.value, kind, text))
+                continue
+            else:
+                if min_block != BLOCK_MIN:
+                    notes.append(f"{where}: a computed {kw.arg} is not tuned")
+                continue
             if literal is None:
                 continue
             value = literal.value
@@ -568,21 +881,36 @@ def _scan(source: str) -> list[tuple[Knob, _Site]]:
             site = _Site(anchor, anchor, keyword, lead, trail)
             add(scope.qualname, keyword, keyword, value, site)
 
+    _decorator_knobs(tree, text, add, notes)
+
     knobs: list[tuple[Knob, _Site]] = []
     seen: dict[str, int] = {}
     # Source order (then num_warps before num_stages at one insertion point) makes the
     # "#2" suffixes of repeated ids independent of how the launches were discovered.
     order = {None: 0, "num_warps": 1, "num_stages": 2}
-    for key in sorted(found, key=lambda k: (k[0], order[k[1]])):
+    for key in sorted(found, key=lambda k: (k[0], order[k[1]], found[k][4].lo, k[2])):
         if key in conflicting:
             continue
         label, param, kind, value, site = found[key]
         base = f"{label}:{param}"
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}#{seen[base]}"
-        knob = Knob(name, kind, value, _choices(kind, value), text.line_of(site.start))
-        knobs.append((knob, site))
-    return knobs
+        rule = {"line": "scale", "expr": "scale"}.get(site.rule, site.rule)
+        if rule == "scale":
+            choices = SCALE_SHIFTS
+        elif rule == "list":
+            choices = NUM_WARPS_CHOICES if kind == "num_warps" else _choices(kind, value)
+            choices = tuple(sorted({*choices, value}))
+        else:
+            choices = _choices(kind, value)
+        knobs.append((Knob(name, kind, value, choices, text.line_of(site.start), rule), site))
+    return knobs, notes
+
+
+def explain(source: str) -> list[str]:
+    """Why launch values of ``source`` that look tunable are not knobs (one sentence each, in the
+    order met); empty when every one is. Raises SyntaxError if ``source`` does not parse."""
+    return _scan_notes(source)[1]
 
 
 def find_knobs(source: str) -> list[Knob]:
@@ -647,7 +975,9 @@ def checked_edits(scanned: Mapping[str, tuple[Knob, SiteT]], settings: Mapping[s
 def whole_range(knob: Knob) -> tuple[int, ...]:
     """Every value a chain of tuner moves can give ``knob``: its kind's whole range, where
     ``knob.choices`` is one move's window around the value in the source."""
-    if knob.kind == "block":
+    if knob.rule:  # a scale's or an autotune list's choices are its whole range already
+        return knob.choices
+    if knob.kind in ("block", "divisor"):
         base: Iterable[int] = (1 << k for k in range(BLOCK_MAX.bit_length()) if BLOCK_MIN <= 1 << k <= BLOCK_MAX)
         return tuple(sorted({*base, *knob.choices}))
     return knob.choices
@@ -676,7 +1006,10 @@ def apply_knobs(source: str, settings: Mapping[str, int], *, lineage: bool = Fal
             ((s, v) for s, v in group if s.keyword is not None),
             key=lambda sv: sv[0].keyword != "num_warps",
         )
-        replaces = [(s, v) for s, v in group if s.keyword is None]
+        replaces = [(s, v) for s, v in group if s.keyword is None and s.rule == ""]
+        ruled = [(s, v) for s, v in group if s.rule]
+        if ruled:
+            result = result[:start] + _render(ruled) + result[max(s.end for s, _ in ruled) :]
         for site, value in replaces:
             result = result[: site.start] + str(value) + result[site.end :]
         if inserts:
@@ -687,6 +1020,23 @@ def apply_knobs(source: str, settings: Mapping[str, int], *, lineage: bool = Fal
     if result != source:
         _check_round_trip(result, scanned, settings)
     return result
+
+
+def _render(group: Sequence[tuple[_Site, int]]) -> str:
+    """The text of rule sites that start at one offset: adjustment lines after one binding (in the
+    binding's order), one scaled expression, or one autotune list with its new ends."""
+    first = group[0][0]
+    if first.rule == "list":
+        ends = {"min": first.lo, "max": first.hi} | {s.base: v for s, v in group}
+        if ends["min"] > ends["max"]:
+            raise KnobError(f"an autotune list from {ends['min']} to {ends['max']} would be empty")
+        values = _list_values(first.kind, ends["min"], ends["max"])
+        body = ", ".join(map(str, values)) + ("," if first.indent == "()" and len(values) == 1 else "")
+        return first.indent[0] + body + first.indent[1]
+    if first.rule == "expr":
+        return _scaled(first.base, group[0][1], first.kind)
+    lines = sorted(group, key=lambda sv: sv[0].lo)
+    return "".join(f"{s.indent}{s.base} = {_scaled(s.base, v, s.kind)}{s.trail}" for s, v in lines if v)
 
 
 def _check_round_trip(

@@ -36,6 +36,9 @@ from .energy import (
     timing_noise,
 )
 from .evaluator import EVALUATOR_VERSION, EvalSettings, Outcome, evaluate, reference_ready, traces
+from .guard import GuardShape
+from .guard import check as check_guards
+from .guard import shapes_for as guard_shapes_for
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
@@ -94,6 +97,8 @@ class RunSettings:
     baseline's measured p90/p10 spread, whichever is wider."""
     command: str = ""
     """The command line that reproduces this run (the CLI sets it; the report's settings row shows it)."""
+    guard_bytes: float | None = None
+    """Largest guard shape (inputs and outputs, bytes); None: runner/guard.py's cap for the device."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ class GateResult:
     """Per workload: max errors, trials, seeds."""
     memcheck: Mapping[str, Any] | None = None
     """compute-sanitizer memcheck of the candidate (runner.memcheck.Memcheck.to_json); None off the GPU."""
+    guards: Mapping[str, Any] | None = None
+    """The guard shapes' verdict (runner.guard.GuardCheck.to_json); None when none were timed."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +207,8 @@ def _versus_base(target: Target, head: Candidate, base: Candidate, workloads: tu
 
 
 def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
-          s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None) -> GateResult:  # fmt: skip
+          s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None,
+          guards: tuple[Sequence[GuardShape], Sequence[str]] = ((), ())) -> GateResult:  # fmt: skip
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
     # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
     # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
@@ -235,6 +243,10 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
     correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
     speed = math.exp(sum(logs) / len(logs))
     reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"
+    guarded = None
+    if ok and (guards[0] or guards[1]):  # shapes nobody listed must not get slower (runner/guard.py)
+        guarded = check_guards(target, base.solution, cand, guards[0], es, home, s.gamma, guards[1])
+        ok, reason = guarded.passed, guarded.reason
     mc = None
     if ok and es.device == "cuda" and s.memcheck:  # the slowest check, for a candidate that passed the rest
         from .memcheck import memcheck
@@ -249,7 +261,8 @@ def _gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Wor
                   if floors and floors.get(w.uuid) and float(r["candidate_ms"]) < 0.9 * floors[w.uuid]]  # fmt: skip
     if impossible:
         ok, reason = False, f"faster than the roofline allows on {', '.join(impossible)}: flagged, not published"
-    return GateResult(cand, ok, speed, tuple(rows), reason, correctness, None if mc is None else mc.to_json())
+    return GateResult(cand, ok, speed, tuple(rows), reason, correctness, None if mc is None else mc.to_json(),
+                      None if guarded is None else guarded.to_json())  # fmt: skip
 
 
 def _spreads(outcome: Outcome) -> list[float]:
@@ -282,6 +295,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     es = settings.evaluation
     if es.cache_dir is None:
         es = replace(es, cache_dir=out_dir / ".triton-cache")
+    if not es.context:  # the candidate runs as the repository at the head with its files in place
+        es = replace(es, context=target.context(head_checkout))
     # The search's evaluations record the launch timeline that profiling a candidate reuses; the
     # gate's and the base comparison's (settings.evaluation) need none.
     timelines = es.device == "cuda" and settings.feedback != "none"
@@ -442,7 +457,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         refill()
         prof_time[0] += secs
         bottleneck = stage1.bottleneck if stage1 is not None else "unknown"
-        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active))
+        analyses[cand.key] = (prof, run_tools(prof, bottleneck, tools, energy=active, stage1=stage1))
         if active and (e := proxy(prof)) is not None:
             proxies[cand.key] = e
         log_profile(cand.key, secs)
@@ -467,7 +482,8 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
             measured_ms={w.uuid: baseline.outcome.latency(w.uuid) for w in workloads}, profile=base_prof,
         )  # fmt: skip
         if base_prof is not None:
-            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools, energy=active))
+            analyses[baseline_cand.key] = (base_prof, run_tools(base_prof, stage1.bottleneck, tools, energy=active,
+                                                                stage1=stage1))  # fmt: skip
             log_profile(baseline_cand.key, secs)
             if active and (e := proxy(base_prof)) is not None:
                 proxies[baseline_cand.key] = e
@@ -587,7 +603,9 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     elif (used := usage(programmer)).get("all_failed"):
         stop = f"every request to the LLM endpoint failed: {used.get('last_error')}"
     elif len(evaluated) < budget and clock() <= deadline:
-        stop = "the programmer had nothing new to propose"
+        # The tuner says which construct hid the launch parameters when it found none (Tuner.silent).
+        why = getattr(programmer, "silent", "")
+        stop = f"the programmer had nothing new to propose ({why})" if why else "the programmer had nothing new to propose"
     elif clock() > deadline:
         stop = f"time budget of {target.budget.minutes:g} min spent"
 
@@ -603,10 +621,11 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     state["gating"] = True
     if (unused := next_standby()) is not None:
         unused.close()  # nothing of ncu is left when the gate times and the meter measures energy
+    guards = guard_shapes_for(target, device, settings.guard_bytes) if ranked else ((), ())
     for s in ranked[: settings.gate_top]:
         if passing and not (active and s.speedup * noise >= first_speed):
             break  # active mode also gates the candidates as fast as the first winner, for the tie-break
-        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors, schedule)
+        g = _gate(target, baseline_cand, s.candidate, workloads, settings, floors, schedule, guards)
         gates.append(g)
         if g.passed:
             passing.append(g)

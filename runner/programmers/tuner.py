@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernelpro import cuda_knobs
-from kernelpro.knobs import Knob, KnobError, entry_roots, find_knobs, reachable_functions
+from kernelpro.knobs import Knob, KnobError, entry_roots, explain, find_knobs, reachable_functions
 from kernelpro.setting import apply_setting
 
 from ..candidate import Candidate
@@ -101,6 +101,30 @@ def _knobs(solution: Solution) -> list[_FileKnob]:
     return out
 
 
+def silence(solution: Solution) -> str:
+    """Why ``solution`` offers the tuner no knob, naming the constructs that hid them (a value assigned
+    twice, a parameter, an autotune list read from a variable), for the run's stop reason and report."""
+    notes: list[str] = []
+    unreached = 0
+    for src in solution.sources:
+        if not src.path.endswith(".py"):
+            continue
+        try:
+            notes += [f"{src.path}: {n}" for n in explain(src.content)]
+            unreached += len(find_knobs(src.content))
+        except SyntaxError:
+            notes.append(f"{src.path} does not parse")
+    if unreached:
+        notes.append(f"{unreached} launch parameter(s) are in functions the entry point "
+                     f"{solution.spec.entry_point} does not reach")  # fmt: skip
+    if not notes:
+        files = ", ".join(s.path for s in solution.sources) or "no file"
+        return (f"no launch parameter in {files}: no Triton launch `kernel[grid](...)` with a block size or "
+                "num_warps, no @triton.autotune or @triton.heuristics, and no CUDA launch constant")
+    shown = "; ".join(notes[:4]) + (f"; and {len(notes) - 4} more" if len(notes) > 4 else "")
+    return f"no launch parameter the tuner can change: {shown}"
+
+
 def _describe(knobs: list[_FileKnob], settings: Mapping[str, int]) -> str:
     moves = [f"{fk.knob.name} {fk.knob.value}->{settings[fk.key]}" for fk in knobs if settings[fk.key] != fk.knob.value]
     return ", ".join(moves) or "no change"
@@ -108,6 +132,8 @@ def _describe(knobs: list[_FileKnob], settings: Mapping[str, int]) -> str:
 
 class Tuner:
     name = "tuner"
+    silent = ""
+    """Set when the last parent had no knob: why (:func:`silence`), for the run's stop reason."""
 
     def _apply(self, solution: Solution, knobs: list[_FileKnob], settings: Mapping[str, int]) -> Solution | None:
         sources = []
@@ -156,6 +182,7 @@ class Tuner:
     def propose(self, parent: Scored, mode: str, n: int, context: Context) -> list[Candidate]:
         base = parent.candidate.solution
         knobs = _knobs(base)
+        self.silent = "" if knobs else silence(base)
         if not knobs:
             return []
         out: list[Candidate] = []
