@@ -33,7 +33,7 @@ ENERGY_MODES = ("off", "passive", "active")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
-    "binding", "returns", "in_place",
+    "binding", "returns", "in_place", "guard_shapes",
 )  # fmt: skip
 REQUIRED_TARGET_KEYS = ("name", "files", "language", "entry_point", "definition", "workloads")
 DEFINITION_KEYS = ("name", "op_type", "axes", "inputs", "outputs", "reference", "tags",
@@ -457,6 +457,8 @@ class _Parser:
                          "write entry_point: path/to/kernel.cu::kernel_symbol (the extern \"C\" __global__ name)")  # fmt: skip
         if defn is not None and ("returns" in m or "in_place" in m):
             self.outputs_from(m, where, defn, f)
+        if (a := at("guard_shapes")) and defn is not None:
+            self.guard_shapes(*a, defn, f)
         if (a := at("tolerances")) and (tol := self.tolerances(*a, defn)) is not None:
             f["tolerance"] = tol
         if a := at("budget"):
@@ -543,6 +545,32 @@ class _Parser:
                          f"write an index into the returned tuple or the key/attribute holding the output, e.g. {example}")  # fmt: skip
                 return
         f["returns"] = tuple(places)
+
+    def guard_shapes(self, node: yaml.Node, where: str, defn: Definition, f: dict[str, Any]) -> None:
+        """``guard_shapes: false`` (the final gate times only the listed workloads) or a list of axis
+        values the gate times besides the guard shapes it derives (runner/guard.py)."""
+        raw = self.value(node) if isinstance(node, yaml.ScalarNode) else None
+        fix = ("write guard_shapes: false to turn guard shapes off, or a list of axis values such as "
+               f"[{{{', '.join(f'{a}: 3000' for a in defn.var_axes) or 'M: 3000'}}}]")  # fmt: skip
+        if isinstance(node, yaml.ScalarNode):
+            if raw is False:
+                f["guard"] = False
+            elif raw is not True:
+                self.err(node, where, f"expected false or a list of axis values, got {raw!r}", fix)
+            return
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            self.err(node, where, "expected false or a non-empty list of axis values", fix)
+            return
+        shapes: list[dict[str, int]] = []
+        for i, item in enumerate(node.value):
+            w = f"{where}[{i}]"
+            if not isinstance(item, yaml.MappingNode):
+                self.err(item, w, "expected a mapping of axis values", fix)
+                continue
+            axes = {k: self.value(v) for k, (_, v) in self.pairs(item).items()}
+            if self.check_workload(item, w, defn, axes, None):
+                shapes.append({k: int(v) for k, v in axes.items()})
+        f["guard_shapes"] = tuple(shapes)
 
     def tolerances(self, node: yaml.Node, where: str, defn: Definition | None) -> Tolerance | None:
         """``{atol, rtol}`` for every output, and ``{OUTPUT: {atol, rtol}}`` for one output."""

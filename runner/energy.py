@@ -543,7 +543,7 @@ def child_main(req: Mapping[str, Any], commands: Any, proto: Any) -> None:
     call, check, failure = harness._call, harness._check_primitives, harness.CandidateError
     device = req["device"]
     try:
-        fn = harness._build(req["solution"], _Path.cwd())
+        fn = harness._build(req["solution"], _Path.cwd(), req=req)
         dps = req["solution"]["spec"].get("destination_passing_style", True)
         sets = [(harness._make_inputs(req["definition"], req["workload"], 20_000 + i, device),
                  harness._poisoned_outputs(req["definition"], req["workload"]["axes"], device))

@@ -35,6 +35,7 @@ from .trace import (
     Evaluation,
     Performance,
     Solution,
+    SourceFile,
     Trace,
     Workload,
 )
@@ -112,6 +113,9 @@ class Outcome:
     """Launch timeline summary (runner.profile.Timeline fields) when it was asked for, or {'error': ...}."""
     timestamp: str = ""
     """When it finished (ISO 8601, UTC)."""
+    warnings: tuple[str, ...] = ()
+    """What the child saw that fails nothing but may make the measurement meaningless (the entry point
+    ran an installed copy of a module the target's files define: IMPORT_MISMATCH)."""
 
     @property
     def passed(self) -> bool:
@@ -141,6 +145,7 @@ class Outcome:
             environment=d.get("environment", {}), log=d.get("log", ""),
             build_seconds=d.get("build_seconds", 0.0), wall_seconds=d.get("wall_seconds", 0.0),
             phases=d.get("phases", {}), timeline=d.get("timeline"), timestamp=d.get("timestamp", ""),
+            warnings=tuple(d.get("warnings") or ()),
         )  # fmt: skip
 
 
@@ -202,6 +207,10 @@ class EvalSettings:
     checks: int = 5
     """Timed calls per workload whose outputs are checked, at positions the parent draws in secret
     (runner/timekeeper.py): a candidate that skips the work of half its calls passes 1 in 2**checks."""
+    context: tuple[SourceFile, ...] = ()
+    """The rest of the packages the target's files belong to, at the pull request's head
+    (Target.context): written before the candidate's files, so that the candidate runs as the
+    repository with its files in place, whatever copy of the package is installed."""
 
 
 def _request(definition: Definition, solution: Solution, workloads: Sequence[Workload],
@@ -228,6 +237,7 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
         "float64_reference": s.float64_reference,
         "memory_limit_mb": s.memory_limit_mb,
         "checks": s.checks,
+        "context": [{"path": f.path, "content": f.content} for f in s.context],
     }
 
 
@@ -688,11 +698,14 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     res = child.result
     build: Mapping[str, Any] = res["build"] if isinstance(res.get("build"), dict) else {"status": "RUNTIME_ERROR"}
     build_seconds = float(build.get("seconds", 0.0)) if isinstance(build.get("seconds"), (int, float)) else 0.0
+    # The child's words, capped: a candidate could write many.
+    warnings = tuple(str(w)[:600] for w in (build.get("warnings") or ())[:8]) if isinstance(build.get("warnings"), list) else ()
     if build.get("status") != "OK":
         bstatus = str(build.get("status"))
         bstatus = bstatus if bstatus in ("COMPILE_ERROR", "RUNTIME_ERROR") else "RUNTIME_ERROR"
         return Outcome(h, bstatus, (), environment=environment, log=str(build.get("log", "")),
-                       build_seconds=build_seconds, wall_seconds=child.seconds, timestamp=_now())  # fmt: skip
+                       build_seconds=build_seconds, wall_seconds=child.seconds, timestamp=_now(),
+                       warnings=warnings)  # fmt: skip
     results = tuple(child.collected or ())
     failed = next((r for r in results if r.status != "PASSED"), None)
     phases: Mapping[str, float] = {**(res["phases"] if isinstance(res.get("phases"), dict) else {}), **judged}
@@ -707,6 +720,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         phases=phases,
         timeline=res.get("timeline") if isinstance(res.get("timeline"), dict) else None,
         timestamp=_now(),
+        warnings=warnings,
     )
 
 

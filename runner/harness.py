@@ -24,6 +24,7 @@ Result:  {environment, build{status, log, seconds}, phases, workloads:[{uuid, st
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import importlib.util
 import json
 import math
@@ -226,13 +227,116 @@ def _plain(values: Sequence[Any]) -> None:
 # --------------------------------------------------------------------------- build
 
 
+class _TreeFinder:
+    """Serves every module of the top-level names the candidate's tree defines from that tree first:
+    the candidate's files, the rest of their packages at the pull request's head, then the installed
+    copy (for what the repository does not hold as source: compiled parts). First on sys.meta_path,
+    before site-packages and the finders of editable installs, so ``import pkg`` in a wrapper, the
+    repository's own absolute imports and relative imports all reach the candidate's files."""
+
+    def __init__(self, bases: Mapping[str, Sequence[str]]) -> None:
+        self.bases = {k: tuple(v) for k, v in bases.items()}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        parts = fullname.split(".")
+        bases = self.bases.get(parts[0])
+        if bases is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, [os.path.join(b, *parts[:-1]) for b in bases])
+        if spec is not None and spec.origin and spec.submodule_search_locations is not None:
+            # A package's folders in every base, in order: pkgutil and __path__ users see them all.
+            spec.submodule_search_locations = [d for d in (os.path.join(b, *parts) for b in bases) if os.path.isdir(d)]
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+def _installed_bases(name: str, tree: str) -> list[str]:
+    """Where the installed copy of ``name`` lives (site-packages, a .pth entry, the folder an editable
+    install's meta-path finder maps it to), as folders that hold it; the candidate's tree excluded."""
+    out: list[str] = []
+    for finder in sys.meta_path:
+        if isinstance(finder, _TreeFinder) or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec(name, None)
+        except Exception:  # noqa: BLE001 - a broken finder of the environment supplies nothing
+            continue
+        if spec is None:
+            continue
+        places = list(spec.submodule_search_locations or ()) or ([spec.origin] if spec.origin else [])
+        for loc in places:
+            base = os.path.dirname(os.path.abspath(loc))
+            if not (base + os.sep).startswith(tree + os.sep) and base not in out:
+                out.append(base)
+        if spec.origin is not None:  # a regular package or module: the first one found is the one imported
+            break
+    return out
+
+
+def _import_tree(req: Mapping[str, Any], src_root: Path) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """Writes the rest of the candidate's packages, then puts the finder in place; the layout (name ->
+    import roots) and warnings for names the harness cannot serve (imported before the candidate)."""
+    from kernelpro.runner.layout import roots
+
+    solution = req["solution"]
+    written = {str(f["path"]) for f in solution["sources"]}
+    for f in req.get("context") or ():
+        if str(f["path"]) not in written:
+            p = src_root / PurePosixPath(f["path"])
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(f["content"])
+    files = {*written, *(str(f["path"]) for f in req.get("context") or ())}
+    layout = roots(sorted(written), files, solution["spec"].get("python_path") or ())
+    warnings = []
+    bases: dict[str, list[str]] = {}
+    tree = os.path.abspath(src_root)
+    for name, rs in layout.items():
+        if name in _BEFORE:
+            warnings.append(f"{name} was imported by the harness itself before the candidate ran; its installed copy "
+                            f"({getattr(sys.modules.get(name), '__file__', None)}) is the one used")  # fmt: skip
+            continue
+        for k in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[k]  # preloaded by a standby child from the installed copy: imported again
+        bases[name] = [os.path.join(tree, *PurePosixPath(r).parts) for r in rs] + _installed_bases(name, tree)
+    sys.meta_path.insert(0, _TreeFinder(bases))
+    importlib.invalidate_caches()
+    return layout, warnings
+
+
+def _foreign(solution: Mapping[str, Any], layout: Mapping[str, Sequence[str]], src_root: Path) -> list[str]:
+    """A module the target's files define that was loaded from somewhere else (the installed copy won)."""
+    from kernelpro.runner.layout import module_of
+
+    out = []
+    for f in solution["sources"]:
+        name = module_of(str(f["path"]), layout)
+        mod = sys.modules.get(name) if name else None
+        got = getattr(mod, "__file__", None)
+        if mod is None or not got:
+            continue
+        want = src_root / PurePosixPath(f["path"])
+        if os.path.realpath(got) != os.path.realpath(want):
+            out.append(f"IMPORT_MISMATCH: the entry point ran {name} from {got}, not the candidate's {f['path']}: "
+                       "the installed copy of the package won, so the measurement is not of the candidate. Set "
+                       "`python_path:` in .kernelpro.yml to the folder the repository's code is imported from")  # fmt: skip
+    return out
+
+
 def _build(solution: Mapping[str, Any], root: Path,
-           _check_primitives: Callable[[], None] = _check_primitives) -> Callable[..., Any]:  # fmt: skip
+           _check_primitives: Callable[[], None] = _check_primitives,
+           req: Mapping[str, Any] | None = None, warnings: list[str] | None = None) -> Callable[..., Any]:  # fmt: skip
     src_root = root / "src"
     for f in solution["sources"]:
         p = src_root / PurePosixPath(f["path"])
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f["content"])
+    layout: dict[str, tuple[str, ...]] = {}
+    if solution["spec"]["language"] != "cuda":
+        layout, notes = _import_tree(req if req is not None else {"solution": solution}, src_root)
+        if warnings is not None:
+            warnings.extend(notes)
     if solution["spec"]["language"] == "cuda":  # raw kernel (cubin + driver launch) or torch extension
         from kernelpro.runner.cuda import BuildFailure, kernel_callable, shared_cache
 
@@ -242,17 +346,28 @@ def _build(solution: Mapping[str, Any], root: Path,
             raise CandidateError(e.status, _tail(e.log)) from None
     entry_file, symbol = solution["spec"]["entry_point"].split("::")
     sys.path.insert(0, str(src_root))
-    module_name = PurePosixPath(entry_file).with_suffix("").as_posix().replace("/", ".")
-    spec = importlib.util.spec_from_file_location(module_name, src_root / entry_file)
-    if spec is None or spec.loader is None:
-        raise CandidateError("COMPILE_ERROR", f"cannot load {entry_file} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
+    from kernelpro.runner.layout import module_of
+
+    # By the name the repository imports it by (``pkg.ops.x`` for src/pkg/ops/x.py): the module its
+    # package's relative imports and the wrapper's imports reach is then this one, not a second copy.
+    module_name = module_of(entry_file, layout) or PurePosixPath(entry_file).with_suffix("").as_posix().replace("/", ".")
     try:
-        spec.loader.exec_module(module)
+        if module_of(entry_file, layout) and module_name.partition(".")[0] not in _BEFORE:
+            module = importlib.import_module(module_name)
+        else:
+            spec = importlib.util.spec_from_file_location(module_name, src_root / entry_file)
+            if spec is None or spec.loader is None:
+                raise CandidateError("COMPILE_ERROR", f"cannot load {entry_file} as a Python module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+    except CandidateError:
+        raise
     except BaseException:  # SystemExit too: a module that exits at import does not build
         raise CandidateError("COMPILE_ERROR", _tail(traceback.format_exc())) from None
     _check_primitives()
+    if warnings is not None:
+        warnings.extend(_foreign(solution, layout, src_root))
     fn = getattr(module, symbol, None)
     if not callable(fn):
         raise CandidateError("COMPILE_ERROR", f"{entry_file} defines no callable {symbol!r}")
@@ -947,11 +1062,12 @@ def _calibrate(req: Mapping[str, Any], workdir: Path) -> None:
 
 def _timed_build(req: Mapping[str, Any], workdir: Path) -> tuple[Callable[..., Any] | None, dict[str, Any]]:
     t0 = _perf_counter()
+    warnings: list[str] = []
     try:
-        fn = _outputs_of(_build(req["solution"], workdir), req)
-        return fn, {"status": "OK", "log": "", "seconds": _perf_counter() - t0}
+        fn = _outputs_of(_build(req["solution"], workdir, req=req, warnings=warnings), req)
+        return fn, {"status": "OK", "log": "", "seconds": _perf_counter() - t0, "warnings": warnings}
     except CandidateError as e:
-        return None, {"status": e.status, "log": e.log, "seconds": _perf_counter() - t0}
+        return None, {"status": e.status, "log": e.log, "seconds": _perf_counter() - t0, "warnings": warnings}
 
 
 def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
@@ -1119,6 +1235,9 @@ _METHODS: dict[tuple[type, str], tuple[Any, Any, Any]] = {  # checked as _OWN is
     for cls in (_Channel, _Commits) for k, f in vars(cls).items() if hasattr(f, "__code__")
 }
 _GUARD.append((tuple(_OWN.items()), tuple(_METHODS.items()), _PRIMITIVES, _HARNESS_GLOBALS))
+# Top-level modules imported before any candidate code (torch, triton, kernelpro, ...): a repository
+# that defines one of them cannot have its own served (the harness's copy is already in use).
+_BEFORE = frozenset(m.partition(".")[0] for m in list(sys.modules))
 
 if __name__ == "__main__":
     code = main(sys.argv[1:])

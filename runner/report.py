@@ -80,9 +80,10 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             "workloads": list(w.per_workload),
             "correctness": list(w.correctness),
             "memcheck": w.memcheck,
+            "guards": w.guards,
         },
         "gates": [{"solution": g.candidate.solution.name, "passed": g.passed, "speedup": g.speedup,
-                   "reason": g.reason, "memcheck": g.memcheck} for g in result.gates],  # fmt: skip
+                   "reason": g.reason, "memcheck": g.memcheck, "guards": g.guards} for g in result.gates],  # fmt: skip
         "curve": curve,
         "feedback": settings.feedback,
         "tool_mode": settings.tool_mode,

@@ -102,6 +102,10 @@ class Target:
     """Where the outputs are in what the entry point returns (BuildSpec.returns); empty: in order."""
     in_place: tuple[tuple[str, str], ...] = ()
     """(output, input): outputs the entry point writes into one of its inputs."""
+    guard: bool = True
+    """Whether the final gate also times guard shapes derived from the workloads (runner/guard.py)."""
+    guard_shapes: tuple[Mapping[str, int], ...] = ()
+    """Axis values the final gate times beyond the derived guard shapes (``guard_shapes:``)."""
 
     def workloads_for(self, device: str) -> tuple[Workload, ...]:
         return self.workloads if device == "cuda" or not self.cpu_workloads else self.cpu_workloads

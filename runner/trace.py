@@ -332,6 +332,9 @@ class BuildSpec:
     values are those outputs, in order (kernelpro's extension, like launch)."""
     in_place: tuple[tuple[str, str], ...] = ()
     """(output, input) pairs: the entry point writes that output into that input (kernelpro's extension)."""
+    python_path: tuple[str, ...] = ()
+    """Folders, relative to the repository root, that the repository's code is imported from (``src``
+    for a src layout); empty: found from the sources' paths (kernelpro's extension)."""
 
     def __post_init__(self) -> None:
         _need(self.language in LANGUAGES, f"spec.language {self.language!r} is not one of {LANGUAGES}")
@@ -354,6 +357,8 @@ class BuildSpec:
             d["returns"] = list(self.returns)
         if self.in_place:
             d["in_place"] = dict(self.in_place)
+        if self.python_path:
+            d["python_path"] = list(self.python_path)
         return d
 
 
@@ -410,6 +415,7 @@ class Solution:
                      *([json.dumps(self.spec.launch.to_json(), sort_keys=True)] if self.spec.launch else []),
                      *([json.dumps([list(self.spec.returns), list(self.spec.in_place)])]
                        if self.spec.returns or self.spec.in_place else []),
+                     *([json.dumps(list(self.spec.python_path))] if self.spec.python_path else []),
                      *(p for s in sorted(self.sources, key=lambda s: s.path) for p in (s.path, s.content))):  # fmt: skip
             h.update(part.encode())
             h.update(b"\0")
@@ -444,6 +450,7 @@ class Solution:
             launch=_launch(s.get("launch")),
             returns=tuple(s.get("returns") or ()),
             in_place=tuple((str(o), str(i)) for o, i in dict(s.get("in_place") or {}).items()),
+            python_path=tuple(str(x) for x in s.get("python_path") or ()),
         )
         sources = d["sources"]
         _need(isinstance(sources, list) and all(isinstance(f, Mapping) and isinstance(f.get("path"), str)
