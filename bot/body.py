@@ -194,26 +194,27 @@ _MEMCHECK = {
 }
 
 
-def _base_branch(t: TargetResults) -> str:
+def _base_branch(t: TargetResults, short: bool = False) -> str:
+    """The PR's kernel against the base branch's: a sentence for the PR body, or ``short`` for a
+    table cell of the comment. One reading of the runner's verdict for both."""
     bb = t.base_branch
     if bb is None:
-        return "not timed: the base branch has no different version of this kernel"
+        return "no different version on the base branch" if short else \
+            "not timed: the base branch has no different version of this kernel"
     if bb.status != "PASSED":
-        return f"the base branch's kernel did not pass ({md(bb.status, 60)}), so no comparison"
+        failed = f"base branch's kernel did not pass ({md(bb.status, 60)})"
+        return failed if short else f"the {failed}, so no comparison"
     if not bb.speedup_vs_head:
-        return "not compared: a kernel failed when the two were re-measured side by side"
+        return "not compared" if short else "not compared: a kernel failed when the two were re-measured side by side"
     rel = 1.0 / bb.speedup_vs_head
-    if t.winner is not None and t.winner.workloads:
-        g = _geomean(w.baseline_ms for w in t.winner.workloads)
-        est = (
-            f"; base branch ≈ {_ms(g / bb.speedup_vs_head)} ms geometric mean (derived)"
-            if g
-            else ""
-        )
-    else:
-        est = ""
     # The runner's verdict holds its margin; an artifact without one (older runner) falls back to 3 %.
     reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
+    if short:
+        return {"slower": f"**the PR made it slower** ({_x(rel)} the base's speed)",
+                "faster": f"the PR made it faster ({_x(rel)})"}.get(reading, f"on par ({_x(rel)})")  # fmt: skip
+    est = ""
+    if t.winner is not None and t.winner.workloads and (g := _geomean(w.baseline_ms for w in t.winner.workloads)):
+        est = f"; base branch ≈ {_ms(g / bb.speedup_vs_head)} ms geometric mean (derived)"
     span = (f" ({_x(1.0 / bb.high)}-{_x(1.0 / bb.low)}, measured side by side: head, base, head)"
             if bb.low and bb.high else "")
     if reading == "slower":
@@ -541,23 +542,6 @@ def render_comment(state: str, **ctx: Any) -> str:
     return _fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
 
 
-def _short_base(t: TargetResults) -> str:
-    bb = t.base_branch
-    if bb is None:
-        return "no different version on the base branch"
-    if bb.status != "PASSED":
-        return f"base branch's kernel did not pass ({md(bb.status, 60)})"
-    if not bb.speedup_vs_head:
-        return "not compared"
-    rel = 1.0 / bb.speedup_vs_head
-    reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
-    if reading == "slower":
-        return f"**the PR made it slower** ({_x(rel)} the base's speed)"
-    if reading == "faster":
-        return f"the PR made it faster ({_x(rel)})"
-    return f"on par ({_x(rel)})"
-
-
 def _floor_pct(t: TargetResults) -> str:
     s = t.stage1
     if s is None:
@@ -597,7 +581,7 @@ def _summary_row(t: TargetResults) -> dict[str, Any]:
         elif t.baseline_status == "PASSED":
             why += "; no candidate passed verification and beat the PR's kernel"
     return {"name": _name(t), "verdict": verdict, "speedup": speedup, "floor": _floor_pct(t),
-            "energy": _energy_cell(t) or "not measured", "base": _short_base(t), "why": why,
+            "energy": _energy_cell(t) or "not measured", "base": _base_branch(t, short=True), "why": why,
             "measured_energy": _energy_cell(t) is not None}  # fmt: skip
 
 
