@@ -33,7 +33,7 @@ ENERGY_MODES = ("off", "passive", "active")
 TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
-    "binding", "returns", "in_place", "guard_shapes",
+    "binding", "returns", "in_place", "guard_shapes", "python_path",
 )  # fmt: skip
 REQUIRED_TARGET_KEYS = ("name", "files", "language", "entry_point", "definition", "workloads")
 DEFINITION_KEYS = ("name", "op_type", "axes", "inputs", "outputs", "reference", "tags",
@@ -484,10 +484,38 @@ class _Parser:
                 formula = self.formula(*a, defn)
                 if formula is not None:
                     f[key] = formula
+        if a := at("python_path"):
+            self.python_path(*a, f)
         if len(self.errors) > n_errors or not all(k in f for k in ("name", "files", "entry_point",
                                                                      "language", "definition", "workloads")):  # fmt: skip
             return None
         return Target(**f)
+
+    def python_path(self, node: yaml.Node, where: str, f: dict[str, Any]) -> None:
+        """``python_path: [src]``: the folders the repository's code is imported from, when the layout
+        does not say (no ``__init__.py`` files, or a package under another folder than src/)."""
+        fix = "list folders relative to the repository root that the code is imported from, e.g. python_path: [src]"
+        items = self.str_list(node, where, fix)
+        if items is None:
+            return
+        out = []
+        for i, (n, text) in enumerate(items):
+            w = f"{where}[{i}]" if isinstance(node, yaml.SequenceNode) else where
+            if not self.rel_path(n, w, text):
+                continue
+            rel = _norm(text).strip("/") or "."
+            full = (self.repo_root / rel).resolve()
+            if not full.is_relative_to(self.repo_root.resolve()) or not full.is_dir():
+                self.err(n, w, f"'{text}' is not a folder of the repository",
+                         f"{fix}; '.' is the repository root")  # fmt: skip
+                continue
+            out.append("" if rel == "." else rel)
+        files = [x for x in f.get("files", ()) if x.endswith(".py")]
+        for r in out:
+            if files and not any(r == "" or x.startswith(r + "/") for x in files):
+                self.err(node, where, f"no Python file of the target is under '{r or '.'}' ({_fmt(files)})",
+                         "name the folder that holds the target's package, e.g. src for src/pkg/module.py")  # fmt: skip
+        f["python_path"] = tuple(dict.fromkeys(out))
 
     def outputs_from(self, m: dict[str, tuple[yaml.Node, yaml.Node]], where: str, defn: Definition,
                      f: dict[str, Any]) -> None:  # fmt: skip

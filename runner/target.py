@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .checkout import read_source
 from .launch import Launch
+from .layout import context as package_context
 from .trace import BuildSpec, Definition, Solution, SourceFile, Workload
 
 # Defaults per output dtype: (atol, rtol). Wider for low-precision types, where legitimate
@@ -102,6 +103,8 @@ class Target:
     """Where the outputs are in what the entry point returns (BuildSpec.returns); empty: in order."""
     in_place: tuple[tuple[str, str], ...] = ()
     """(output, input): outputs the entry point writes into one of its inputs."""
+    python_path: tuple[str, ...] = ()
+    """Folders (repository-relative) the repository's code is imported from; empty: found (runner/layout.py)."""
     guard: bool = True
     """Whether the final gate also times guard shapes derived from the workloads (runner/guard.py)."""
     guard_shapes: tuple[Mapping[str, int], ...] = ()
@@ -128,6 +131,14 @@ class Target:
                 binding=self.binding,
                 returns=self.returns,
                 in_place=self.in_place,
+                python_path=self.python_path,
             ),
             sources=sources,
         )
+
+    def context(self, checkout: Path) -> tuple[SourceFile, ...]:
+        """The rest of the packages the target's files belong to, as the checkout's commit holds them:
+        the candidate runs as the repository with its files in place (runner/layout.py)."""
+        if self.language == "cuda":
+            return ()
+        return tuple(SourceFile(p, t) for p, t in package_context(checkout, self.files, self.python_path))
