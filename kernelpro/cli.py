@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -292,6 +293,8 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
                                   progress=progress, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
             finally:
                 progress.close()
+            for w in result.baseline.outcome.warnings:  # the installed copy ran, not the repository's files
+                print(f"kernelpro: warning: {target.name}: {w}", file=sys.stderr)
             if is_reference_failure(result.baseline.outcome.log):
                 # The reference failed on a workload larger than the smoke step's: the configuration's fault too.
                 data = json.loads((t_out / "result.json").read_text())
@@ -623,6 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         confinement.allow_unconfined(settings.allow_unconfined or bool(getattr(args, "allow_unconfined", False)))
         if hasattr(args, "allow_unconfined"):  # a command that runs candidates: nothing imported after they ran
             confinement.preload()
+            return _watched(args, settings)
         return int(args.fn(args, settings))
     except ConfigError as e:
         print(str(e), file=sys.stderr)
@@ -647,8 +651,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _err(f"GitHub API error {e.status}: {e.data}; the results are in the artifact, rerun this job "
                         "to publish them")  # fmt: skip
         raise
-    except KeyboardInterrupt:
-        return _err("interrupted; evaluations finished so far are in the journal, rerun the same command to resume")
+    except KeyboardInterrupt as e:
+        return _interrupted(args, int(getattr(e, "signum", signal.SIGINT)))
+
+
+def _watched(args: argparse.Namespace, settings: Settings) -> int:
+    """A command that runs candidates: nothing it starts outlives it, however it ends (runner/reaper.py)."""
+    from kernelpro.runner import reaper
+
+    try:
+        with reaper.watch():
+            return int(args.fn(args, settings))
+    except BaseException:
+        # A stop by signal is reported as such even where the unwinding it caused raised something else.
+        if (signum := reaper.interrupted_by()) is None:
+            raise
+        return _interrupted(args, signum)
+
+
+def _interrupted(args: argparse.Namespace, signum: int) -> int:
+    """The message and exit code of a command a signal stopped: 128 + its number, as shells report it
+    (130 for SIGINT, 143 for SIGTERM), and where the work done so far is."""
+    command = " ".join(str(getattr(args, k)) for k in ("command", "action_command") if getattr(args, k, None))
+    out = Path(str(getattr(args, "out", "") or "."))
+    if args.command == "evaluate":
+        where = (f"evaluate keeps no journal: the trace lines of the evaluations that finished are in {out}; "
+                 "rerun the command to evaluate again")  # fmt: skip
+    elif hasattr(args, "allow_unconfined"):
+        journals = sorted(str(j) for j in out.glob("*/journal.jsonl")) or [str(out / "TARGET" / "journal.jsonl")]
+        where = (f"the evaluations that finished are in the journal ({', '.join(journals)}); rerun the same command "
+                 f"with the same --out to resume from it")  # fmt: skip
+    else:
+        where = "rerun the command"
+    ended = "every process it started was ended and its temporary files removed; " if hasattr(args, "allow_unconfined") else ""
+    print(f"kernelpro: {command} interrupted by {signal.Signals(signum).name}: {ended}{where}", file=sys.stderr)
+    return 128 + signum
 
 
 if __name__ == "__main__":

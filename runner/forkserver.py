@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from . import confinement
+from . import confinement, reaper
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
@@ -285,7 +285,8 @@ def server(env: Mapping[str, str], cwd: Path, isolate: bool) -> ForkServer | Non
         if isolate in _REFUSED:
             return None
         if _SERVER is None or not _SERVER.alive():
-            _SERVER = ForkServer(env)
+            with reaper.starting():  # never a new server once the command is stopping (runner/reaper.py)
+                _SERVER = ForkServer(env)
         if isolate not in _SERVER.probed:
             why = _SERVER.probe(cwd, env, isolate)
             if why is not None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import confinement
+from . import confinement, reaper
 
 # Variables a CUDA/Triton process needs; nothing else crosses into the candidate's process.
 _ALLOWED = (
@@ -190,6 +190,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         elif rules:
             cmd = confinement.command(cmd, rules)
         cmd = [*prefix, *cmd]
+        reaper.check()
         server = _fork_server(work, bool(prefix)) if forkable else None
         t0, wall0 = time.perf_counter(), time.time()
         proc: Any = None
@@ -200,11 +201,12 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
                                     fds=timekeeper.child_fds if timekeeper else ())  # fmt: skip
                 sandbox["spawn"] = "forked from the fork server"
         if proc is None:
-            proc = subprocess.Popen(
-                cmd, cwd=work, env=_channel(env, timekeeper, forked=False), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=timekeeper.child_fds if timekeeper else (),
-            )  # fmt: skip
+            with reaper.starting():  # none starts once the command is stopping (runner/reaper.py)
+                proc = subprocess.Popen(
+                    cmd, cwd=work, env=_channel(env, timekeeper, forked=False), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                    pass_fds=timekeeper.child_fds if timekeeper else (),
+                )  # fmt: skip
         if timekeeper is not None:
             timekeeper.started()
         # Without a pid namespace a supervisor stands between us and the candidate: SIGTERM lets it
@@ -220,6 +222,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             stop.set()
             if follower is not None:
                 follower.join()
+        reaper.check()  # killed by a stop, not by its own fault: no result, never journaled
         seconds, wall1 = time.perf_counter() - t0, time.time()
         log = ended.log
         if ended.reason == "timeout":
@@ -333,6 +336,7 @@ def _watch(proc: subprocess.Popen[bytes], deadline: Callable[[], float], memory_
     reader.start()
     reason, rss = "exit", 0.0
     while proc.poll() is None:
+        reaper.check()  # the stop killed it; a forked child's exit may never be reported by the killed server
         if time.perf_counter() > deadline():
             reason = "timeout"
         elif memory_limit_mb > 0 and (rss := _group_rss_mb(proc.pid)) > memory_limit_mb:
