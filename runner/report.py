@@ -11,15 +11,61 @@ from kernelpro import __version__
 from kernelpro.templates import environment
 
 from .energy import PLACEMENT
+from .roofline import ReferenceAnalysis
 from .screen import REJECTED
-from .tools import render
+from .tools import Analysis, bound_finding, render
 
 if TYPE_CHECKING:
     from .optimize import Result, RunSettings
 
+NOTHING_PROPOSED = "the programmer had nothing new to propose"
+"""optimize's stop reason when the programmer returned no candidate at all."""
+LOG_TAIL_LINES = 40
+"""Lines of a failing baseline's log shown in report.md."""
+
+
+def pct(x: float | None) -> str:
+    """A percentage with enough digits to be non-zero: 0.42, 3.1, 74 (no '0 %' for 0.42 %)."""
+    if x is None:
+        return "n/a"
+    a = abs(x)
+    return "0" if a == 0 else f"{x:.0f}" if a >= 10 else f"{x:.1f}" if a >= 1 else f"{x:.2g}"
+
+
+def log_tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The end of a log, where a traceback names the error."""
+    return "\n".join(log.rstrip().splitlines()[-lines:])
+
 
 def _env() -> jinja2.Environment:
-    return environment({"ms": lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}", "x": lambda x: f"{x:.2f}x"})
+    return environment({"ms": lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}", "x": lambda x: f"{x:.2f}x",
+                        "pct": pct})  # fmt: skip
+
+
+def outcome(r: dict[str, Any]) -> str:
+    """The report's first sentence when the baseline stands: what happened, not what did not.
+
+    A failing baseline, a programmer that proposed nothing (the tuner finding zero parameters), no
+    candidate faster in the search (no gate ran) and candidates the gate refused are four different
+    stories for the maintainer."""
+    if r["baseline"]["status"] != "PASSED":
+        return f"{r['stop_reason']}."
+    if r["gates"]:
+        refused = "; ".join(f"`{g['solution']}`: {g['reason']}" for g in r["gates"])
+        return f"The final gate refused {len(r['gates'])} candidate(s) that were faster in the search: {refused}."
+    if r["evaluations"] <= 1 and r["stop_reason"].startswith(NOTHING_PROPOSED):
+        p = r["programmer"]
+        who = p.get("name", "tuner")
+        # optimize appends the tuner's own account of what hid the parameters: "... propose (why)".
+        why = r["stop_reason"][len(NOTHING_PROPOSED):].strip().removeprefix("(").removesuffix(")")
+        if who == "tuner":
+            return ("The tuner found no tunable parameter in this kernel, so nothing was tried"
+                    + (f": {why}" if why else " (no launch keyword, constexpr block size or num_warps/num_stages "
+                       "reachable from the entry point, nor a CUDA launch constant)")
+                    + ". Run with `--programmer llm` to let a model rewrite the kernel, or expose the launch "
+                      "parameters (BLOCK sizes as tl.constexpr arguments, num_warps at the launch).")  # fmt: skip
+        return f"The programmer ({who}) proposed no candidate, so nothing was tried and no gate ran" + (f": {why}." if why else ".")
+    return f"No candidate was faster than it in the search, so no final gate ran ({r['stop_reason']})."
 
 
 def lineage(result: Result, key: str) -> list[str]:
@@ -63,6 +109,8 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "stop_reason": result.stop_reason,
         "seconds": round(result.seconds, 2),
         "baseline": {"status": result.baseline.outcome.status, "log": result.baseline.outcome.log[:2000],
+                     "log_tail": log_tail(result.baseline.outcome.log),
+                     "warnings": list(result.baseline.outcome.warnings),
                      "solution": result.baseline.candidate.solution.name},  # fmt: skip
         # Only the side-by-side measurement is reported: one evaluation each, minutes apart, drifted
         # by more than the margin on the H200 (runner/basebranch.py).
@@ -101,8 +149,8 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
                      for s in result.evaluated if s.outcome.status == REJECTED],  # fmt: skip
         "memory": list(result.memory),
         "stage1": _stage1(result),
-        "baseline_analysis": _analysis(result, result.baseline.candidate.key),
-        "winner_analysis": _analysis(result, w.candidate.key if w else None),
+        "baseline_analysis": _analysis(result, result.baseline.candidate.key, 1.0),
+        "winner_analysis": _analysis(result, w.candidate.key if w else None, w.speedup if w else 1.0),
         "profile_seconds": round(result.profile_seconds, 2),
         "energy_mode": settings.energy,
         "energy": None if result.energy is None else result.energy.to_json(),
@@ -146,12 +194,23 @@ def _energy_table(result: Result) -> list[dict[str, Any]]:
 
 
 def _stage1(result: Result) -> dict[str, Any] | None:
-    a = result.stage1
+    return stage1_json(result.stage1)
+
+
+def stage1_json(a: ReferenceAnalysis | None) -> dict[str, Any] | None:
+    """Stage 1 for result.json and the report: the ideal bound (formulas), the current one (ncu)."""
     if a is None:
         return None
+    c = a.current
     return {
         "bottleneck": a.bottleneck, "theory": a.theory, "measured": a.measured, "agree": a.agree, "note": a.note,
         "compute_pct": a.compute_pct, "memory_pct": a.memory_pct,
+        "max_speedup": a.max_speedup, "bound_note": a.bound_note(),
+        "current": None if c is None else {
+            "bound": c.bound, "note": c.note, "compute_pct": c.compute_pct, "memory_pct": c.memory_pct,
+            "issue_pct": c.issue_pct, "pipe": c.pipe, "pipe_pct": c.pipe_pct,
+            "achieved_occupancy_pct": c.achieved_occupancy_pct, "theoretical_occupancy_pct": c.theoretical_occupancy_pct,
+            "grid": c.grid, "block": c.block, "sms": c.sms, "sms_source": c.sms_source, "waves": c.waves},
         "ceilings": None if a.ceilings is None else {"gpu": a.ceilings.gpu, "bandwidth_gbs": a.ceilings.bandwidth_gbs,
                                                     "flops_tflops": a.ceilings.flops_tflops, "source": a.ceilings.source},
         "workloads": [{"uuid": b.uuid, "axes": dict(b.axes), "flops": b.flops, "bytes": b.bytes, "intensity": b.intensity,
@@ -160,10 +219,18 @@ def _stage1(result: Result) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def _analysis(result: Result, key: str | None) -> dict[str, Any] | None:
+def _analysis(result: Result, key: str | None, speedup: float) -> dict[str, Any] | None:
+    """Findings of one candidate, their promises capped by Stage 1: a candidate already ``speedup`` times
+    faster than the baseline has that much less left before the roofline floor."""
     if key is None or key not in result.analyses:
         return None
     prof, analysis = result.analyses[key]
+    cap = result.stage1.max_speedup if result.stage1 is not None else None
+    if cap is not None and speedup > 0:
+        cap = max(cap / speedup, 1.0)
+        note = f"{result.stage1.bound_note()}" + (f", divided by this candidate's {speedup:.2f}x" if speedup != 1.0 else "")  # type: ignore[union-attr]
+        analysis = Analysis(analysis.bottleneck, tuple(bound_finding(f, cap, note) for f in analysis.findings),
+                            analysis.ran, analysis.skipped)  # fmt: skip
     return {"findings": [f.to_json() for f in analysis.findings], "ran": list(analysis.ran), "notes": list(prof.notes),
             "text": render(analysis, prof, "tools")}  # fmt: skip
 
@@ -174,6 +241,7 @@ def render_report(result: Result, settings: RunSettings, patch: str = "") -> str
     failures = [s for s in result.evaluated if not s.outcome.passed]
     return _env().get_template("report.md.j2").render(
         r=data,
+        outcome=outcome(data),
         result=result,
         settings=settings,
         best_search=best_search,

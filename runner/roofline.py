@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .profile import Profile
+from .profile import KernelProfile, Profile, Work
 from .trace import Definition, Workload
 
 # Ceilings measured on the H200 of the GPU machine (corpus.md, 2026-11-29): device-to-device copy
@@ -103,6 +103,139 @@ class ReferenceAnalysis:
     """ncu: memory throughput % of peak."""
     note: str = ""
     """How the class was decided, in a sentence."""
+    current: KernelBound | None = None
+    """What the pull request's kernel, as written, is bound by (ncu); None without ncu."""
+
+    @property
+    def max_speedup(self) -> float | None:
+        """The most speedup physics allows on every workload: the least measured / floor."""
+        bounds = [b for b in self.workloads if b.max_speedup is not None]
+        return min(b.max_speedup for b in bounds) if bounds else None  # type: ignore[type-var]
+
+    def bound_note(self) -> str:
+        """The arithmetic of max_speedup, for a finding's evidence."""
+        bounds = [b for b in self.workloads if b.max_speedup is not None]
+        if not bounds:
+            return ""
+        b = min(bounds, key=lambda x: x.max_speedup or 0.0)
+        axes = ", ".join(f"{k}={v}" for k, v in b.axes.items()) or b.uuid
+        return f"{b.measured_ms:.4g} ms measured / {b.floor_ms:.4g} ms roofline floor = {b.max_speedup:.2f}x on {axes}"
+
+    def work(self) -> Work | None:
+        """The useful work of the workload the profiler runs (the largest), with the Stage 1 bound."""
+        if not self.workloads or all(b.flops is None and b.bytes is None for b in self.workloads):
+            return None
+        # runner/profiler.py profiles max(workloads, key=sum of axes): the same one here.
+        b = max(self.workloads, key=lambda x: sum(x.axes.values()))
+        return Work(b.uuid, b.flops, b.bytes, self.theory, b.floor_ms, b.measured_ms, self.max_speedup,
+                    self.bound_note())  # fmt: skip
+
+
+# --- the current kernel's bound (ncu) -------------------------------------------------------------
+
+H200_SMS = 132
+"""SMs of an H200, used when the profile does not record the device's count."""
+_PIPE_PREFIXES = ("sm__pipe_", "sm__inst_executed_pipe_")
+_PIPE_SUFFIX = ".avg.pct_of_peak_sustained_active"
+
+
+@dataclass(frozen=True)
+class KernelBound:
+    """What the kernel as written is bound by, from one ncu launch (Stage 1's second view)."""
+
+    bound: str
+    """memory | issue | pipe | compute (issue/pipe counters missing) | latency | parallelism | mixed."""
+    compute_pct: float | None
+    """SM throughput (ncu SOL compute), % of peak."""
+    memory_pct: float | None
+    """Memory throughput (ncu SOL memory, the busiest memory unit), % of peak."""
+    issue_pct: float | None
+    """Issue slots used (smsp__issue_active), % of peak."""
+    pipe: str
+    """The busiest execution pipe ('' when no pipe counter was collected)."""
+    pipe_pct: float | None
+    """Its utilisation, % of peak."""
+    achieved_occupancy_pct: float | None
+    """Achieved warps per SM, % of the maximum."""
+    theoretical_occupancy_pct: float | None
+    """Warps per SM the launch configuration allows, % of the maximum."""
+    grid: int | None
+    """Programs (thread blocks) launched."""
+    block: int | None
+    """Threads per program."""
+    sms: int
+    """SMs of the GPU."""
+    sms_source: str
+    """Where sms comes from: 'ncu' (recorded device property) or 'H200 default'."""
+    waves: float | None
+    """Programs / (SMs x programs resident per SM): below 1 the GPU has room for more."""
+    note: str
+    """The verdict in a sentence, with the numbers."""
+
+
+def _busiest_pipe(k: KernelProfile) -> tuple[str, float | None]:
+    pipes = {n: float(v) for n, v in k.metrics.items() if v is not None and n.endswith(_PIPE_SUFFIX)
+             and n.startswith(_PIPE_PREFIXES) and "tensor_op" not in n}  # fmt: skip
+    if not pipes:
+        return "", None
+    name, pct = max(pipes.items(), key=lambda kv: kv[1])
+    short = name.removesuffix(_PIPE_SUFFIX)
+    for p in _PIPE_PREFIXES:
+        short = short.removeprefix(p)
+    return short.removesuffix("_cycles_active"), pct
+
+
+def sm_count(k: KernelProfile) -> tuple[int, str]:
+    for name in ("launch__sm_count", "device__attribute_multiprocessor_count"):
+        v = k.get(name)
+        if v:
+            return int(v), "ncu"
+    return H200_SMS, "H200 default"
+
+
+def current_bound(k: KernelProfile) -> KernelBound:
+    """Classify the kernel as written: the SOL pair first, then which compute resource saturates.
+
+    'parallelism' when fewer programs than SMs are launched (some SMs never get work);
+    'latency' when neither SOL reaches 40 %; 'memory' / compute-side when one SOL leads by 10 points,
+    the compute side named 'issue' when the issue slots are as busy as the SM (>= 90 % of its SOL:
+    too many instructions), else 'pipe' (one execution pipe saturates); 'mixed' otherwise.
+    """
+    compute = k.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
+    memory = k.get("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
+    if memory is None:
+        memory = k.get("dram__throughput.avg.pct_of_peak_sustained_elapsed")
+    issue = k.get("smsp__issue_active.avg.pct_of_peak_sustained_active")
+    pipe, pipe_pct = _busiest_pipe(k)
+    grid = k.get("launch__grid_size") or (k.grid[0] * k.grid[1] * k.grid[2] if any(k.grid) else None)
+    block = k.get("launch__block_size") or (k.block[0] * k.block[1] * k.block[2] if any(k.block) else None)
+    sms, src = sm_count(k)
+    waves = k.get("launch__waves_per_multiprocessor")
+    c, m = compute or 0.0, memory or 0.0
+    if grid is not None and grid < sms:
+        bound = "parallelism"
+        note = f"grid of {int(grid)} programs on {sms} SMs: {sms - int(grid)} SMs get no work"
+    elif compute is None and memory is None:
+        bound, note = "mixed", "ncu throughput counters missing"
+    elif max(c, m) < 40.0:
+        bound = "latency"
+        note = f"neither roof is near (compute {c:.3g} %, memory {m:.3g} %): the kernel waits on latency"
+    elif m >= c + 10:
+        bound, note = "memory", f"memory {m:.3g} % vs compute {c:.3g} % of peak"
+    elif c >= m + 10:
+        if issue is not None and issue >= 0.9 * c and (pipe_pct is None or issue >= pipe_pct - 5):
+            bound, note = "issue", f"compute {c:.3g} % vs memory {m:.3g} %, issue slots {issue:.3g} % busy"
+        elif pipe_pct is not None:
+            bound, note = "pipe", f"compute {c:.3g} % vs memory {m:.3g} %, {pipe} pipe {pipe_pct:.3g} % busy"
+        else:
+            bound, note = "compute", f"compute {c:.3g} % vs memory {m:.3g} % (no issue or pipe counters)"
+    else:
+        bound, note = "mixed", f"compute {c:.3g} % and memory {m:.3g} % of peak"
+    return KernelBound(bound, compute, memory, issue, pipe, pipe_pct,
+                       k.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
+                       k.get("sm__maximum_warps_per_active_cycle_pct"),
+                       None if grid is None else int(grid), None if block is None else int(block),
+                       sms, src, waves, note)  # fmt: skip
 
 
 class FormulaError(ValueError):
@@ -199,4 +332,5 @@ def analyze_reference(definition: Definition, workloads: Sequence[Workload], *, 
         agree, final, note = None, measured, f"ncu only (no flops/bytes formulas in .kernelpro.yml): {measured}-bound"
     else:
         agree, final, note = None, "unknown", "no flops/bytes formulas and no ncu counters: every tool runs"
-    return ReferenceAnalysis(final, theory, measured, agree, ceilings, bounds, compute, memory, note)
+    current = current_bound(profile.main) if profile is not None and profile.main is not None else None
+    return ReferenceAnalysis(final, theory, measured, agree, ceilings, bounds, compute, memory, note, current)

@@ -83,6 +83,28 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class Work:
+    """What the profiled call must do at least, from the target's flops/bytes formulas (Stage 1's ideal view)."""
+
+    workload: str
+    """Uuid of the workload the profile ran (the largest, as runner/profiler.py picks it)."""
+    flops: float | None
+    """Floating-point operations the call needs (the `flops` formula)."""
+    bytes: float | None
+    """Bytes the call must move (the `bytes` formula)."""
+    ideal: str
+    """What the ideal kernel is bound by: memory | compute | mixed | unknown (the roofline)."""
+    floor_ms: float | None
+    """The least time the roofline allows for this workload."""
+    measured_ms: float | None
+    """The baseline's median on this workload."""
+    max_speedup: float | None
+    """The most speedup physics allows on every workload (measured / floor, the least over workloads)."""
+    bound_note: str = ""
+    """The arithmetic of max_speedup, e.g. '0.758 ms measured / 0.682 ms floor = 1.11x on M=4096'."""
+
+
+@dataclass(frozen=True)
 class Profile:
     """Everything collected for one candidate; any part may be missing, with the reason in notes."""
 
@@ -96,6 +118,8 @@ class Profile:
     """Why something is missing (ncu absent, counters not permitted, ...)."""
     stages: tuple[tuple[str, float], ...] = ()
     """Where the profiling time went, in seconds per stage (ncu child, its start-up and import, ...)."""
+    work: Work | None = None
+    """The useful work and Stage 1 bound of the profiled call; None without flops/bytes formulas."""
 
     @property
     def main(self) -> KernelProfile | None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..profile import Profile
+from ..roofline import ReferenceAnalysis
 
 SEVERITIES = ("critical", "high", "medium", "low")
 CLASSES = ("compute", "memory", "latency", "mixed")
@@ -77,8 +78,12 @@ class ProfilingTool:
     """Runs only when energy is an objective: the pattern costs energy but its latency is hidden."""
     description: str = ""
     """One line for `kernelpro tools list`."""
+    needs_work: bool = False
+    """Reads Profile.work (the flops/bytes formulas): skipped when the target has none."""
 
     def available(self, profile: Profile) -> bool:
+        if self.needs_work and profile.work is None:
+            return False
         if self.source == "sass":
             return profile.sass is not None
         if self.source == "timeline":
@@ -93,9 +98,10 @@ class ProfilingTool:
 
 
 def _builtin() -> tuple[ProfilingTool, ...]:
-    from . import energy, ncu, sass, timeline
+    from . import bound, energy, ncu, sass, timeline
 
-    return (*ncu.TOOLS, *sass.TOOLS, *timeline.TOOLS, *energy.TOOLS)
+    # bound's tools first: the two Stage 1 views disagreeing is the first thing to say (the sort is stable).
+    return (*bound.TOOLS, *ncu.TOOLS, *sass.TOOLS, *timeline.TOOLS, *energy.TOOLS)
 
 
 class ToolError(ValueError):
@@ -141,9 +147,41 @@ class Analysis:
     """Tool -> why it did not run."""
 
 
+def bound_finding(f: Finding, max_speedup: float | None, note: str = "") -> Finding:
+    """A finding whose promise Stage 1 caps: no fix makes the kernel faster than its roofline floor.
+
+    With an ``est_speedup`` the estimate becomes min(estimate, bound) and both go in the evidence with
+    the arithmetic; any other expected gain is followed by the bound. Idempotent."""
+    # Energy findings promise energy at the same speed, not speed.
+    if max_speedup is None or max_speedup <= 0 or "stage1_max_speedup" in f.evidence or f.tool.startswith("energy_"):
+        return f
+    ev = dict(f.evidence)
+    ev["stage1_max_speedup"] = round(max_speedup, 2)
+    why = f"Stage 1: {note}" if note else f"Stage 1 allows at most {max_speedup:.2f}x"
+    est = ev.get("est_speedup")
+    if isinstance(est, (int, float)):
+        bounded = min(float(est), max_speedup)
+        ev["est_speedup_tool"] = est
+        ev["est_speedup"] = round(bounded, 2)
+        ev["est_speedup_arithmetic"] = f"min({float(est):.2f}x from this tool, {max_speedup:.2f}x from {why}) = {bounded:.2f}x"
+        gain = f"up to {bounded:.2f}x ({ev['est_speedup_arithmetic']})"
+    else:
+        gain = f"{f.expected_gain}; " if f.expected_gain else ""
+        gain += f"at most {max_speedup:.2f}x on the whole call ({why})"
+    return Finding(**{**f.__dict__, "evidence": ev, "expected_gain": gain})
+
+
 def run_tools(profile: Profile, bottleneck: str, tools: Iterable[ProfilingTool] | None = None,
-              *, energy: bool = False) -> Analysis:  # fmt: skip
-    """Proactive orchestration: run every relevant tool, deterministically."""
+              *, energy: bool = False, stage1: ReferenceAnalysis | None = None) -> Analysis:  # fmt: skip
+    """Proactive orchestration: run every relevant tool, deterministically.
+
+    With ``stage1`` (the roofline of the pull request's kernel) the profile gets the useful work of its
+    workload (Profile.work, for the tools that compare against the formulas) and every estimated
+    speedup is capped by the roofline (bound_finding)."""
+    if stage1 is not None and profile.work is None:
+        profile = replace(profile, work=stage1.work())
+    cap = profile.work.max_speedup if profile.work is not None else None
+    note = profile.work.bound_note if profile.work is not None else ""
     findings: list[Finding] = []
     ran: list[str] = []
     skipped: dict[str, str] = {}
@@ -152,14 +190,19 @@ def run_tools(profile: Profile, bottleneck: str, tools: Iterable[ProfilingTool] 
             skipped[tool.name] = "energy is not an objective"
         elif bottleneck in CLASSES and bottleneck not in tool.affinity:
             skipped[tool.name] = f"not relevant to a {bottleneck}-bound kernel"
+        elif tool.needs_work and profile.work is None:
+            skipped[tool.name] = "no flops/bytes formulas in .kernelpro.yml"
         elif not tool.available(profile):
             skipped[tool.name] = f"no {tool.source} evidence"
         else:
             ran.append(tool.name)
             f = tool.run(profile)
             if f is not None:
-                findings.append(f if f.source else Finding(**{**f.__dict__, "source": tool.source}))
-    findings.sort(key=lambda f: SEVERITIES.index(f.severity) if f.severity in SEVERITIES else len(SEVERITIES))
+                f = f if f.source else Finding(**{**f.__dict__, "source": tool.source})
+                findings.append(f if tool.energy_only else bound_finding(f, cap, note))
+    # The two Stage 1 views disagreeing frames every other finding: it comes first whatever its severity.
+    findings.sort(key=lambda f: (f.tool != "bound_mismatch",
+                                 SEVERITIES.index(f.severity) if f.severity in SEVERITIES else len(SEVERITIES)))
     return Analysis(bottleneck, tuple(findings), tuple(ran), skipped)
 
 

@@ -22,11 +22,52 @@ def _kernel_list(t: Timeline) -> str:
 # --- 1. launch_overhead (LaunchOverheadDetector) --------------------------------------------------
 
 
+def _launch_fires(t: Timeline, th: Mapping[str, float]) -> bool:
+    # One launch per call has no launches to merge: its non-kernel time is the host's own work after
+    # the launch (the wrapper's Python, and the harness's call around it, which the timeline cannot
+    # tell apart: a real H200 single-kernel call read 29 % with 182 us of kernel in 840 us of wall).
+    # It is worth a finding only when that host work is longer than the kernel itself (over half the
+    # span), so that even a pipelined caller leaves the GPU idle.
+    if t.kernel_launches < 1:
+        return False
+    return t.launch_overhead_pct > (th["single_launch"] if t.kernel_launches == 1 else th["high"])
+
+
+def _host_bound(t: Timeline, th: Mapping[str, float]) -> Finding:
+    pct = t.launch_overhead_pct
+    host_us = pct / 100.0 * t.kernel_us / max(1.0 - pct / 100.0, 0.01)
+    speedup = 1.0 / (1.0 - min(pct, 99.0) / 100.0)
+    return Finding(
+        tool="launch_overhead", severity="medium",
+        title=f"one kernel per call, but the host works {host_us:.1f} us per call after launching {t.kernel_us:.1f} us "
+              "of kernel (host-bound call)",
+        evidence={"launch_overhead_pct": pct, "wall_us": t.wall_us, "kernel_us": t.kernel_us,
+                  "host_us_after_launch": round(host_us, 1), "kernel_launches": 1,
+                  "est_speedup": round(speedup, 2),
+                  "arithmetic": f"1 / (1 - {pct:.3g} %) = {speedup:.2f}x if the host work after the launch vanished"},
+        root_cause="There is a single launch, so nothing to fuse or batch: the time is host-side Python around the "
+                   "launch (grid and meta-parameter computation, autotune/heuristics lookups, output allocation, "
+                   "argument checks), and part of it may be the harness's own call. A caller that launches back to "
+                   "back waits on it whenever it is longer than the kernel.",
+        recommendations=(
+            "Cache everything computed per call from shapes alone: the grid lambda's result, strides, "
+            "meta-parameters and heuristics results (functools.lru_cache keyed on the shapes).",
+            "Avoid per-call allocations and copies in the wrapper: no torch.empty/zeros of scratch buffers or "
+            ".contiguous() on every call; let the caller pass the output (destination-passing style).",
+            "Keep checks that need no data (shapes, dtypes) cheap, and none that synchronise (.item(), .cpu()).",
+        ),
+        expected_gain=f"up to {speedup:.2f}x for callers that launch back to back (1 / (1 - {pct:.3g} %))",
+        source="timeline",
+    )  # fmt: skip
+
+
 def _launch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     t = _tl(p)
     pct = t.launch_overhead_pct
-    if pct <= th["high"] or t.kernel_launches < 1:
+    if not _launch_fires(t, th):
         return None
+    if t.kernel_launches == 1:
+        return _host_bound(t, th)
     speedup = 1.0 / (1.0 - min(pct, 99.0) / 100.0)
     return Finding(
         tool="launch_overhead", severity="critical" if pct > th["critical"] else "high",
@@ -54,13 +95,14 @@ def _launch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
 LAUNCH_OVERHEAD = ProfilingTool(
     name="launch_overhead", source="timeline",
     required=("launch_overhead_pct", "avg_launch_ns", "kernel_launches"),
-    thresholds={"high": 20.0, "critical": 40.0},
+    thresholds={"high": 20.0, "critical": 40.0, "single_launch": 50.0},
     # No kernel, no launch overhead: the real H200 `memcpy` timeline (.cpu() then .cuda(), 0 kernels)
     # reads 100 % "overhead" because nothing covers the wall time; its copies and syncs are what
     # host_device_copies and synchronization report.
-    trigger=lambda p, th: _tl(p).launch_overhead_pct > th["high"] and _tl(p).kernel_launches >= 1,
+    trigger=lambda p, th: _launch_fires(_tl(p), th),
     analyze=_launch_analyze,
-    affinity=ALL_CLASSES, description="Wall time not covered by kernels > 20 %/40 %; est. speedup 1/(1-p).",
+    affinity=ALL_CLASSES, description="Wall time not covered by kernels > 20 %/40 % over several launches "
+                                      "(CUDA graphs, fusion); > 50 % for one launch (host-side Python); est. 1/(1-p).",
 )  # fmt: skip
 
 
@@ -152,7 +194,8 @@ def _gaps_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         tool="gaps", severity=sev,
         title=f"{t.gaps} idle gap(s) between kernels, {t.gap_us:.1f} us ({share:.0f}% of the call)",
         evidence={"gaps": t.gaps, "gap_us": t.gap_us, "gap_pct": round(share, 1),
-                  "gap_threshold_us": t.gap_threshold_us, "wall_us": t.wall_us},
+                  "gap_threshold_us": t.gap_threshold_us, "wall_us": t.wall_us,
+                  "est_speedup": round(1 / max(1 - share / 100.0, 0.01), 2)},
         root_cause="The GPU waits for the host between kernels (longer than the adaptive threshold "
                    f"max(1 % of wall, 5 us) = {t.gap_threshold_us:.1f} us): host-side work between launches - "
                    "Python logic, allocations, autotuning lookups, implicit syncs - sits on the critical path.",
