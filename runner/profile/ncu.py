@@ -76,8 +76,11 @@ METRICS: tuple[str, ...] = (
     "launch__shared_mem_per_block_static",
     "launch__shared_mem_per_block_dynamic",
     "launch__waves_per_multiprocessor",
-    # Issue efficiency.
+    # The device's SM count: the grid is judged against it (Stage 1's current view, too_few_programs).
+    "launch__sm_count",
+    # Issue efficiency, and the load/store pipe a per-element loop saturates.
     "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
     "smsp__warps_eligible.avg.per_cycle_active",
     # Warp stalls. Each ratio is "warps stalled for this reason per issue cycle"; their sum over
     # all reasons is smsp__average_warp_latency_per_inst_issued.ratio (cycles between two issues
