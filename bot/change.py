@@ -17,6 +17,7 @@ import git
 import yaml
 from gitdb.exc import BadName, BadObject
 
+from kernelpro.csource import masked
 from kernelpro.pysource import import_aliases
 
 __all__ = [
@@ -265,85 +266,6 @@ _SPECIFIERS_WITH_ARGS = frozenset(
 )
 
 
-def _blank(text: str, start: int, end: int, out: list[str]) -> None:
-    for i in range(start, end):
-        if out[i] != "\n":
-            out[i] = " "
-
-
-def _strip_c(text: str) -> str:
-    """The text with comments, string/char literals and preprocessor lines replaced by spaces;
-    offsets and newlines are kept, so positions and line numbers still match the original."""
-    out = list(text)
-    n = len(text)
-    i = 0
-    while i < n:
-        c = text[i]
-        if c == "/" and text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            _blank(text, i, j, out)
-            i = j
-        elif c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            _blank(text, i, j, out)
-            i = j
-        elif c == '"':
-            m = (
-                re.match(r'R"([^()\\\s]{0,16})\(', text[i - 1 : i + 20])
-                if i and text[i - 1] == "R"
-                else None
-            )
-            if m:  # raw string literal R"delim( ... )delim"
-                close = ")" + m.group(1) + '"'
-                j = text.find(close, i)
-                j = n if j < 0 else j + len(close)
-            else:
-                j = _literal_end(text, i, '"')
-            _blank(text, i, j, out)
-            i = j
-        elif c == "'":
-            k = i - 1
-            while k >= 0 and (text[k].isalnum() or text[k] in "_.'"):
-                k -= 1
-            if k + 1 < i and text[k + 1].isdigit():  # digit separator: 1'000'000
-                i += 1
-                continue
-            j = _literal_end(text, i, "'")
-            _blank(text, i, j, out)
-            i = j
-        else:
-            i += 1
-    stripped = "".join(out)
-    # Preprocessor directives (with their continuation lines): macro bodies are not declarations.
-    lines = stripped.split("\n")
-    continued = False
-    for idx, line in enumerate(lines):
-        if continued or line.lstrip().startswith("#"):
-            continued = line.rstrip().endswith("\\")
-            lines[idx] = " " * len(line)
-    return "\n".join(lines)
-
-
-def _literal_end(text: str, i: int, quote: str) -> int:
-    """Index just past the string/char literal that opens at text[i]; stops at an unescaped
-    newline so that a stray quote cannot swallow the rest of the file."""
-    j = i + 1
-    n = len(text)
-    while j < n:
-        ch = text[j]
-        if ch == "\\":
-            j += 2
-            continue
-        if ch == quote:
-            return j + 1
-        if ch == "\n":
-            return j
-        j += 1
-    return n
-
-
 def _skip_balanced(code: str, i: int, open_ch: str, close_ch: str) -> int:
     """code[i] == open_ch; index just past the matching close_ch (or len(code))."""
     depth = 0
@@ -427,7 +349,7 @@ def _cuda_finish(
 def _cuda_kernels(path: str, text: str) -> list[tuple[Kernel, str]]:
     if "__global__" not in text:
         return []
-    code = _strip_c(text)
+    code = masked(text, preprocessor=True)
     # name -> (kernel, normalized sources of all its declarations, has a definition)
     by_name: dict[str, tuple[Kernel, list[str], bool]] = {}
     for m in _GLOBAL.finditer(code):

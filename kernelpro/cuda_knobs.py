@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from . import csource
 from .knobs import Knob, KnobError, checked_edits
 
 __all__ = ["CUDA_SUFFIXES", "UNROLL_FULL", "apply_knobs", "find_knobs", "is_cuda_source", "whole_range"]
@@ -65,33 +66,6 @@ _BOUNDS = re.compile(r"\b__launch_bounds__[ \t]*\(")
 
 def is_cuda_source(path: str) -> bool:
     return path.endswith(CUDA_SUFFIXES)
-
-
-def _mask(source: str) -> str:
-    """``source`` with comments and string/char literals blanked (newlines kept): same offsets."""
-    out = list(source)
-    i, n = 0, len(source)
-    while i < n:
-        c = source[i]
-        if source.startswith("//", i):
-            j = source.find("\n", i)
-            j = n if j == -1 else j
-        elif source.startswith("/*", i):
-            j = source.find("*/", i + 2)
-            j = n if j == -1 else j + 2
-        elif c in "\"'":
-            j = i + 1
-            while j < n and source[j] != c and source[j] != "\n":
-                j += 2 if source[j] == "\\" else 1
-            j = min(j + 1, n)
-        else:
-            i += 1
-            continue
-        for k in range(i, j):
-            if out[k] != "\n":
-                out[k] = " "
-        i = j
-    return "".join(out)
 
 
 def _kind(name: str) -> str | None:
@@ -146,7 +120,7 @@ def _threads_expr(block: tuple[str, ...] | None) -> str | None:
 
 
 def _scan(source: str, kernel: str | None = None, block: tuple[str, ...] | None = None) -> list[tuple[Knob, _Site]]:
-    masked = _mask(source)
+    masked = csource.masked(source)
     found: list[tuple[Knob, _Site]] = []
     constants: dict[str, list[tuple[int, int, int]]] = {}
     for pattern in (_DEFINE, _CONSTEXPR):

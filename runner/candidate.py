@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kernelpro.csource import without_comments
 
 from .trace import Solution
 
@@ -47,18 +48,13 @@ class Candidate:
                          d.get("params") or {})  # fmt: skip
 
 
-# A C/C++ string or character literal (kept as written), else a run of comments and blanks (one blank).
-_C_TOKENS = re.compile(r'("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|(?://[^\n]*|/\*.*?\*/|[ \t\f\v])+',
-                       re.DOTALL)  # fmt: skip
-
-
 def _normalized(path: str, content: str) -> str:
     if path.endswith(".py"):
         try:
             return ast.dump(ast.parse(content))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return content
-    code = _C_TOKENS.sub(lambda m: m.group(1) or " ", content)
+    code = without_comments(content)
     # Line breaks end preprocessor directives, so they stay; empty lines go.
     return "\n".join(line.strip() for line in code.splitlines() if line.strip())
 

@@ -33,6 +33,7 @@ import posixpath
 import re
 from collections.abc import Iterator, Mapping
 
+from kernelpro.csource import without_comments
 from kernelpro.pysource import import_aliases
 
 from .evaluator import Outcome
@@ -449,9 +450,8 @@ def _params_text(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 
 
 def _c_sources(solution: Solution) -> str:
-    from .candidate import _C_TOKENS  # comments out, literals kept: a rule never fires on a comment
-
-    return "\n".join(_C_TOKENS.sub(lambda m: m.group(1) or " ", s.content) for s in solution.sources
+    # Comments out, literals kept: a rule never fires on a comment.
+    return "\n".join(without_comments(s.content) for s in solution.sources
                      if _ext(s.path) in _C_EXTENSIONS)  # fmt: skip
 
 
