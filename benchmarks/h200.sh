@@ -30,6 +30,11 @@ fi
 python3 -m compileall -q -j 0 /tmp/site > /dev/null  # as .ci/gpu: children never write bytecode
 # Unbuffered: a step cut by its timeout still leaves what it printed.
 export PYTHONPATH=/tmp/site KERNELPRO_DEVICE=cuda KERNELPRO_PROGRESS=0 PYTHONUNBUFFERED=1
+# One hung test must not eat a whole 10-minute call (session 9): each test is stopped after 300 s with
+# every thread's stack printed, where pytest-timeout is installed (the GPU machine has it).
+if python3 -c "import pytest_timeout" 2>/dev/null; then
+  export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:---timeout 300 --timeout-method thread}"
+fi
 base="${OUT:-/tmp/kernelpro-bench}"
 mkdir -p "$base"
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
