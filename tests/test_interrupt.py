@@ -187,3 +187,55 @@ def test_no_temporary_folder_with_reference_outputs_is_left(tmp_path: Path) -> N
     mark = f"kp-interrupt-{uuid.uuid4().hex[:12]}"
     _, _, tmp = interrupt(tmp_path, _files(tmp_path, mark, daemons=False), signal.SIGTERM, f"{mark}.started")
     assert list(tmp.iterdir()) == [], f"left in TMPDIR: {[str(p) for p in tmp.rglob('*')][:20]}"
+
+
+KERNEL = "import torch\n\n\ndef scale(x):\n    return x * 2\n"
+CONFIG = """\
+version: 1
+targets:
+  - name: scale
+    files: [ops/k.py]
+    language: python
+    entry_point: ops/k.py::scale
+    definition:
+      op_type: elementwise
+      axes: {M: {type: var}, N: {type: const, value: 8}}
+      inputs: {x: {shape: [M, N], dtype: float32}}
+      outputs: {y: {shape: [M, N], dtype: float32}}
+      reference: |
+        import torch
+        def run(x):
+            return x * 2
+    workloads: [{M: 4}]
+    budget: {evaluations: 2, minutes: 5, timeout_s: 200}
+"""
+
+
+def test_an_interrupted_optimize_says_where_its_journal_is_and_leaves_nothing(tmp_path: Path) -> None:
+    import git
+
+    mark = f"kp-interrupt-{uuid.uuid4().hex[:12]}"
+    repo = tmp_path / "repo"
+    (repo / "ops").mkdir(parents=True)
+    r = git.Repo.init(repo)
+    with r.config_writer() as c:
+        c.set_value("user", "name", "t").set_value("user", "email", "t@example.com")
+    (repo / ".kernelpro.yml").write_text(CONFIG)
+    (repo / "ops" / "k.py").write_text(KERNEL)
+    r.index.add([".kernelpro.yml", "ops/k.py"])
+    r.index.commit("base")
+    # The pull request's kernel hangs: its baseline evaluation is under way when the signal comes.
+    (repo / "ops" / "k.py").write_text(KERNEL.replace("    return", f"    open({mark!r} + '.started', 'w').close()\n"
+                                                      "    import time\n    time.sleep(600)\n    return"))  # fmt: skip
+    r.index.add(["ops/k.py"])
+    r.index.commit("head")
+    out = tmp_path / "out"
+    args = ["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out), "--budget", "2",
+            "--allow-unconfined"]  # fmt: skip
+    report, err, tmp = interrupt(tmp_path, args, signal.SIGINT, f"{mark}.started")
+    assert report["left"] == [], report["left"]
+    assert report["rc"] == 130, err
+    assert "optimize interrupted by SIGINT" in err and "journal" in err and "to resume" in err, err
+    assert str(out) in err
+    assert list(tmp.iterdir()) == []
+    assert len(r.git.worktree("list").splitlines()) == 1  # the run's checkouts of base and head are gone
