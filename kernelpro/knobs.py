@@ -660,6 +660,14 @@ def _inner_knobs(expr: ast.expr, kind: str, text: _Text, label: str, prefix: str
     return found
 
 
+def _computed_knobs(expr: ast.expr, kind: str, text: _Text, label: str, prefix: str,
+                    add: Callable[[str, str, str, int, _Site], None]) -> None:  # fmt: skip
+    """Knobs of a computed value written where it is used: its literals when it has some (the rule a
+    reviewer reads), else a scale; an expression the tuner already scaled is read back as that scale."""
+    if _unscaled(expr, None, kind) is not None or not _inner_knobs(expr, kind, text, label, prefix, add):
+        add(label, f"{prefix}.scale", kind, *_expr_site(expr, kind, text))
+
+
 def _list_style(kind: str, values: Sequence[int]) -> bool:
     """Whether ``values`` is what :func:`_list_values` writes for its ends: ascending doublings (pipeline
     stages: ascending by one)."""
@@ -717,9 +725,8 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                     tile = key and (_looks_like_block(key) or re.fullmatch(r"B[A-Z]{1,2}", key))
                     kind = "num_warps" if key == "num_warps" else "block" if tile else ""
                     # Literals inside the heuristic are its readable rule; without any, it is scaled.
-                    if (kind and isinstance(v, ast.Lambda)
-                            and not _inner_knobs(v.body, kind, text, fn.name, f"heuristics.{key}", add)):  # fmt: skip
-                        add(fn.name, f"heuristics.{key}.scale", kind, *_expr_site(v.body, kind, text))
+                    if kind and isinstance(v, ast.Lambda):
+                        _computed_knobs(v.body, kind, text, fn.name, f"heuristics.{key}", add)
                 continue
             if isinstance(arg, ast.List | ast.Tuple) and arg.elts:
                 for i, cfg in enumerate(arg.elts):
@@ -847,8 +854,7 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
                         notes.append(f"{where}: {made}")
                     continue
             elif scalable:
-                if not _inner_knobs(kw.value, kind, text, scope.qualname, kw.arg, add):
-                    add(scope.qualname, f"{kw.arg}.scale", kind, *_expr_site(kw.value, kind, text))
+                _computed_knobs(kw.value, kind, text, scope.qualname, kw.arg, add)
                 continue
             else:
                 if min_block != BLOCK_MIN:

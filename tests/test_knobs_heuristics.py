@@ -1,0 +1,242 @@
+"""The tuner on launch parameters that real repositories compute (issue 19, point 3).
+
+Every source here is upstream code as published (tests/fixtures/upstream/, origin and version in each
+file's header): Liger-Kernel's ``calculate_settings`` launches, FlashInfer's ``next_power_of_2`` and
+``max(8, min(32, block_size // 256))`` warps, Liger's and fla's ``@triton.autotune`` comprehensions,
+fla's ``@triton.heuristics`` tile and fla's autotune over a variable (no knob, and the tuner says why).
+A patch must be a rule a maintainer reads (a scaled heuristic, a moved cap, a longer autotune list),
+compile, round-trip through the knob finder, and be what the publish step recomputes from the setting.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import git
+import pytest
+
+from kernelpro.bot.publish import _Git, recompute
+from kernelpro.knobs import KnobError, apply_knobs, explain, find_knobs
+from kernelpro.runner.candidate import Candidate
+from kernelpro.runner.evaluator import Outcome
+from kernelpro.runner.programmers import Context
+from kernelpro.runner.programmers.tuner import Tuner
+from kernelpro.runner.search import Scored
+from kernelpro.runner.target import Target
+from kernelpro.runner.trace import BuildSpec, Solution, SourceFile
+from kernelpro.setting import apply_setting, split_setting, unified_diff
+
+UPSTREAM = Path(__file__).parent / "fixtures" / "upstream"
+
+
+def upstream(name: str) -> str:
+    return (UPSTREAM / name).read_text()
+
+
+def knobs(source: str) -> dict[str, int]:
+    return {k.name: k.value for k in find_knobs(source)}
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    return [line for line in unified_diff("f.py", old, new).splitlines()
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]  # fmt: skip
+
+
+def check_patch(old: str, setting: dict[str, int]) -> str:
+    """``setting`` applied: valid Python, read back with the same values, and (lineage) applicable
+    to the original as the publish step does."""
+    new = apply_knobs(old, setting)
+    compile(new, "patched.py", "exec")
+    assert knobs(new) == {**knobs(old), **setting}
+    assert apply_setting("f.py", old, setting, lineage=True) == new
+    # Back to the source's values undoes the patch exactly.
+    assert apply_knobs(new, {n: knobs(old)[n] for n in setting}) == old
+    return new
+
+
+# --------------------------------------------------------------------------- computed launch values
+
+
+def test_liger_calculate_settings_warps_are_scaled_where_the_kernel_is_launched() -> None:
+    src = upstream("liger_swiglu.py")
+    found = knobs(src)
+    # swiglu_forward binds BLOCK_SIZE, num_warps twice (Blackwell tiles, then calculate_settings):
+    # warps scale at each launch; the block size, which must cover the row, is not offered.
+    assert {"swiglu_forward:num_warps.scale", "swiglu_forward:num_warps.scale#2",
+            "swiglu_backward:num_warps.scale#2"} <= set(found)  # fmt: skip
+    assert not any("BLOCK_SIZE" in n for n in found)
+    new = check_patch(src, {"swiglu_forward:num_warps.scale#2": 1})
+    assert changed_lines(src, new) == ["-            num_warps=num_warps,", "+            num_warps=min(num_warps * 2, 32),"]
+    half = check_patch(src, {"swiglu_forward:num_warps.scale#2": -1})
+    assert "+            num_warps=max(num_warps // 2, 1)," in changed_lines(src, half)
+    assert any("`BLOCK_SIZE` is assigned 2 times in `swiglu_forward`" in n for n in explain(src))
+
+
+def test_liger_rms_norm_heuristic_is_scaled_by_a_line_after_calculate_settings() -> None:
+    src = upstream("liger_rms_norm.py")
+    found = knobs(src)
+    assert found["rms_norm_forward:num_warps.scale"] == 0 and found["rms_norm_forward:BLOCK_SIZE.scale"] == 0
+    new = check_patch(src, {"rms_norm_forward:num_warps.scale": 1, "rms_norm_forward:BLOCK_SIZE.scale": 1})
+    # One readable rule per value, right under the heuristic, so both launches and the returned
+    # num_warps (the backward reuses it) follow it.
+    assert changed_lines(src, new) == ["+    BLOCK_SIZE = BLOCK_SIZE * 2", "+    num_warps = min(num_warps * 2, 32)"]
+    lines = new.splitlines()
+    i = lines.index("    BLOCK_SIZE, num_warps = calculate_settings(n_cols)")
+    assert lines[i + 1 : i + 3] == ["    BLOCK_SIZE = BLOCK_SIZE * 2", "    num_warps = min(num_warps * 2, 32)"]
+    # A parent already moved: its next move rewrites the same line, and 0 removes it.
+    again = apply_knobs(new, {"rms_norm_forward:num_warps.scale": -2, "rms_norm_forward:BLOCK_SIZE.scale": 0})
+    assert changed_lines(src, again) == ["+    num_warps = max(num_warps // 4, 1)"]
+
+
+def test_flashinfer_min_max_warps_expose_their_floor_cap_and_divisor() -> None:
+    src = upstream("flashinfer_norm.py")
+    found = knobs(src)
+    assert found["rms_norm:num_warps.floor"] == 8
+    assert found["rms_norm:num_warps.cap"] == 32
+    assert found["rms_norm:num_warps.div"] == 256
+    assert found["rms_norm_add_residual:num_warps.div"] == 32  # min(32, triton.cdiv(block_size, 32))
+    new = check_patch(src, {"rms_norm:num_warps.floor": 4, "rms_norm:num_warps.div": 512})
+    assert changed_lines(src, new) == ["-    num_warps = max(8, min(32, block_size // 256))",
+                                       "+    num_warps = max(4, min(32, block_size // 512))"]  # fmt: skip
+    with pytest.raises(KnobError, match="not a choice"):
+        apply_knobs(src, {"rms_norm:num_warps.floor": 3})
+
+
+# --------------------------------------------------------------------------- autotune and heuristics
+
+
+def test_liger_dyt_autotune_lists_are_extended_pruned_and_pinned_keeping_the_decorator() -> None:
+    src = upstream("liger_dyt.py")
+    found = knobs(src)
+    assert found["_dyt_fwd_kernel:autotune.BLOCK_N.max"] == 4096
+    assert found["_dyt_fwd_kernel:autotune.num_warps.min"] == 4
+    assert found["_dyt_fwd_kernel:autotune.num_stages.max"] == 2
+    extended = check_patch(src, {"_dyt_fwd_kernel:autotune.BLOCK_N.max": 8192,
+                                 "_dyt_fwd_kernel:autotune.num_warps.max": 32})  # fmt: skip
+    assert changed_lines(src, extended)[1::2] == ["+        for bn in [1024, 2048, 4096, 8192]",
+                                                  "+        for nw in [4, 8, 16, 32]"]  # fmt: skip
+    pruned = check_patch(src, {"_dyt_fwd_kernel:autotune.num_stages.max": 1})
+    assert changed_lines(src, pruned)[1] == "+        for ns in [1]"
+    pinned = check_patch(src, {"_dyt_fwd_kernel:autotune.BLOCK_N.min": 2048, "_dyt_fwd_kernel:autotune.BLOCK_N.max": 2048})
+    assert "+        for bn in [2048]" in changed_lines(src, pinned)
+    assert pinned.count("@triton.autotune(") == src.count("@triton.autotune(")
+    with pytest.raises(KnobError, match="would be empty"):
+        apply_knobs(src, {"_dyt_fwd_kernel:autotune.BLOCK_N.min": 8192})
+
+
+def test_fla_heuristic_tile_cap_and_autotune_warps() -> None:
+    src = upstream("fla_chunk_intra.py")
+    kernel = "chunk_precond_kda_fwd_kernel_inter_solve_fused"
+    found = knobs(src)
+    assert found[f"{kernel}:heuristics.BK.cap"] == 64
+    assert found[f"{kernel}:autotune.num_warps.max"] == 4
+    new = check_patch(src, {f"{kernel}:heuristics.BK.cap": 32, f"{kernel}:autotune.num_warps.max": 8})
+    assert changed_lines(src, new) == [
+        "-    'BK': lambda args: min(triton.next_power_of_2(args['K']), 64),",
+        "+    'BK': lambda args: min(triton.next_power_of_2(args['K']), 32),",
+        "-        for num_warps in [1, 2, 4]",
+        "+        for num_warps in [1, 2, 4, 8]",
+    ]
+
+
+def test_a_heuristic_without_literals_is_scaled_in_place() -> None:
+    # The shape of fla's heuristics with a tile computed by a call alone (no cap to move).
+    src = textwrap.dedent('''
+        import triton
+
+        @triton.heuristics({"BLOCK_T": lambda args: triton.next_power_of_2(args["T"])})
+        @triton.jit
+        def k(x, T, BLOCK_T: tl.constexpr):
+            pass
+    ''')
+    new = check_patch(src, {"k:heuristics.BLOCK_T.scale": -1})
+    assert '{"BLOCK_T": lambda args: max(triton.next_power_of_2(args["T"]) // 2, 16)}' in new
+
+
+# --------------------------------------------------------------------------- the tuner and publish
+
+
+def _solution(path: str, content: str, entry: str) -> Solution:
+    return Solution("s", "d", "t", BuildSpec("triton", ("cuda",), f"{path}::{entry}"), (SourceFile(path, content),))
+
+
+def _propose(sol: Solution, n: int = 64) -> tuple[Tuner, list[Candidate]]:
+    parent = Scored(Candidate(sol, None, "init", "base"), Outcome("k", "PASSED", ()), 1.0)
+    target = Target("t", "triton", (sol.sources[0].path,), sol.spec.entry_point, None, ())  # type: ignore[arg-type]
+    tuner = Tuner()
+    return tuner, tuner.propose(parent, "optimize", n, Context(target, lambda k: False, "cuda"))
+
+
+def test_fla_autotune_over_a_variable_offers_nothing_and_the_tuner_says_why() -> None:
+    src = upstream("fla_softmax.py")
+    assert find_knobs(src) == []
+    tuner, cands = _propose(_solution("fla/ops/utils/softmax.py", src, "softmax_fwd"))
+    assert cands == []
+    assert "`@triton.autotune` of `softmax_fwd_kernel`" in tuner.silent
+    assert "NUM_WARPS_AUTOTUNE" in tuner.silent and "not a literal list" in tuner.silent
+
+
+def test_tuner_moves_on_flashinfer_are_recomputed_by_publish(tmp_path: Path) -> None:
+    path = "flashinfer/triton/norm.py"
+    src = upstream("flashinfer_norm.py")
+    _, cands = _propose(_solution(path, src, "rms_norm"))
+    notes = " | ".join(c.note for c in cands)
+    for name in ("rms_norm:num_warps.scale 0->1", "rms_norm:num_warps.div 256->512", "rms_norm:num_warps.floor 8->16"):
+        assert name in notes
+    winner_cand = next(c for c in cands if "rms_norm:num_warps.div 256->512" in c.note)
+    new = winner_cand.solution.sources[0].content
+    assert "block_size // 512" in new
+    # The repository at the PR head, and the results as the optimize job records them.
+    repo = tmp_path / "repo"
+    (repo / "flashinfer" / "triton").mkdir(parents=True)
+    (repo / path).write_text(src)
+    r = git.Repo.init(repo)
+    r.index.add([path])
+    head = r.index.commit("upstream flashinfer norm").hexsha
+    params = tuple((k, str(v)) for k, v in winner_cand.params.items())
+    assert split_setting(params, [path])  # keys are <file>::<knob>
+    # recompute reads the winner's params and the patched files only.
+    target: Any = SimpleNamespace(winner=SimpleNamespace(params=params), patch_files=(path,))
+    assert recompute(_Git(repo, repo.as_uri()), head, target, [path]) == (unified_diff(path, src, new), "")
+
+
+# --------------------------------------------------------------------------- runs in Triton's interpreter
+
+# Liger's swiglu does not run in the interpreter as published (it calls `.to` on a float argument),
+# so the patched heuristic that runs is FlashInfer's: the package as published, minus its
+# __init__ files (they patch the CUDA toolchain), with the tuner's patch applied to triton/norm.py.
+RMS_NORM_CHECK = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from flashinfer.triton.norm import rms_norm
+x, w = torch.randn(3, 300), torch.randn(300)
+out = torch.empty_like(x)
+rms_norm(x, w, out, 1e-6)
+torch.testing.assert_close(out, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_tuned_flashinfer_rms_norm_runs_in_the_interpreter(tmp_path: Path) -> None:
+    new = check_patch(upstream("flashinfer_norm.py"), {"rms_norm:num_warps.div": 512, "rms_norm:num_warps.scale": 1})
+    kernels = tmp_path / "flashinfer" / "triton" / "kernels"
+    kernels.mkdir(parents=True)
+    for package in (kernels, kernels.parent, kernels.parent.parent):
+        (package / "__init__.py").write_text("")
+    (kernels / "norm.py").write_text(upstream("flashinfer_kernels_norm.py"))
+    (kernels / "quant.py").write_text(upstream("flashinfer_kernels_quant.py"))
+    (kernels.parent / "norm.py").write_text(new)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", RMS_NORM_CHECK, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok"
