@@ -169,7 +169,7 @@ def _solution(path: str, content: str, entry: str) -> Solution:
 
 def _propose(sol: Solution, n: int = 64) -> tuple[Tuner, list[Candidate]]:
     parent = Scored(Candidate(sol, None, "init", "base"), Outcome("k", "PASSED", ()), 1.0)
-    target = Target("t", "triton", (sol.sources[0].path,), sol.spec.entry_point, None, ())  # type: ignore[arg-type]
+    target = Target("t", "triton", (sol.sources[0].path,), sol.spec.entry_point, None, ())
     tuner = Tuner()
     return tuner, tuner.propose(parent, "optimize", n, Context(target, lambda k: False, "cuda"))
 
