@@ -240,3 +240,82 @@ def test_tuned_flashinfer_rms_norm_runs_in_the_interpreter(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ok"
+
+
+# --------------------------------------------------------------------------- on the GPU: the real optimize path
+
+# Upstream launcher files as published, at the repository root (so the candidate's copy is the one
+# imported), each with the corpus case whose definition checks it and a wrapper returning the output.
+UPSTREAM_RUNS = {
+    "liger_rms_norm": ("liger_rms_norm.py", "liger rms_norm",
+                       "from liger_rms_norm import rms_norm_forward\n\n\ndef run(x, w):\n"
+                       "    return rms_norm_forward(x, w, 1e-6, 0.0, 'llama', None)[0]\n"),
+    "flashinfer_rms_norm": ("flashinfer_norm.py", "flashinfer rms_norm",
+                            "import torch\nfrom flashinfer_norm import rms_norm\n\n\ndef run(x, w):\n"
+                            "    y = torch.empty_like(x)\n    rms_norm(x, w, y, 1e-6)\n    return y\n"),
+}  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(UPSTREAM_RUNS))
+def test_optimize_tunes_upstream_heuristics_on_the_gpu(name: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """`kernelpro optimize --programmer tuner` on an upstream launcher as published, the pull request
+    editing only a comment: the tuner's candidates move the computed heuristics (scale lines, the
+    min/max rule's literals) and are evaluated; none fails to build or run because of the rewrite."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
+    import json
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from corpus_profile import CASES
+    from corpus_profile import _definition as definition
+
+    from kernelpro.cli import main as kernelpro
+
+    fixture, case_name, wrapper = UPSTREAM_RUNS[name]
+    case = next(c for c in CASES if c.name == case_name)
+    dj = definition(case).to_json()
+    dj["axes"]["M"] = {"type": "var"}
+    repo = git.Repo.init(tmp_path / "repo", initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "kernelpro test")
+        cw.set_value("user", "email", "test@kernelpro.invalid")
+    top = Path(repo.working_dir)
+    (top / "definitions").mkdir()
+    (top / "definitions" / f"{name}.json").write_text(json.dumps(dj, indent=1))
+    config = {"version": 1, "targets": [{
+        "name": name, "files": [fixture, "kp_entry.py"], "language": "triton", "entry_point": "kp_entry.py::run",
+        "definition": f"definitions/{name}.json", "workloads": [{"M": 4096}],
+        "budget": {"evaluations": 10, "minutes": 4, "timeout_s": 120}}]}  # fmt: skip
+    (top / ".kernelpro.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (top / fixture).write_text(upstream(fixture))
+    (top / "kp_entry.py").write_text(wrapper)
+    repo.git.add(A=True)
+    repo.index.commit("upstream as published")
+    (top / fixture).write_text(upstream(fixture).replace("# Upstream source,", "# Upstream source (a comment edit),", 1))
+    repo.git.add(A=True)
+    repo.index.commit("the pull request: a comment")
+    out = tmp_path / "out"
+    os.environ.setdefault("KERNELPRO_DEVICE", "cuda")
+    rc = kernelpro(["optimize", "--repo", str(top), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
+                    "--search", "mcts", "--programmer", "tuner"])  # fmt: skip
+    assert rc == 0
+    entries = [json.loads(x) for x in (out / name / "journal.jsonl").read_text().splitlines() if x.strip()]
+    result = json.loads((out / name / "result.json").read_text())
+    tuned = [e for e in entries if e["candidate"]["params"]]
+    with capsys.disabled():
+        print(f"\n{name}: stop={result.get('stop_reason')!r} winner={(result.get('winner') or {}).get('speedup')}")
+        for e in tuned:
+            print(f"  {e['outcome']['status']:22} {e['candidate']['note']}")
+    assert tuned, f"the tuner proposed nothing: {result.get('stop_reason')}"
+    # A setting names every knob: a candidate moved a computed value where one differs from the source.
+    base = {f"{fixture}::{k.name}": k.value for k in find_knobs(upstream(fixture))}
+    heuristic = [e for e in tuned if any(k.endswith((".scale", ".div", ".floor", ".cap")) and v != base.get(k)
+                                         for k, v in e["candidate"]["params"].items())]  # fmt: skip
+    assert heuristic, "no candidate moved a computed launch value"
+    # A rewrite that breaks the build would be a kernelpro bug; a wrong block size for the data is not.
+    assert not [e for e in heuristic if e["outcome"]["status"] in ("COMPILE_ERROR", "RUNTIME_ERROR")]
