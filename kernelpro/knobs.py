@@ -4,6 +4,23 @@ This is the pure, source-level half of the deterministic tuner: it never imports
 code it reads. A knob is one integer literal (or one missing launch keyword) that sets a launch
 parameter of a ``kernel[grid](...)`` call: a block/tile size, ``num_warps`` or ``num_stages``.
 
+Launch values a repository computes are knobs too, changed as a rule a reviewer reads, never
+replaced by one literal for every shape:
+
+* ``BLOCK_SIZE, num_warps = calculate_settings(n)`` (or any single computed assignment): a line
+  right after it scales the heuristic, ``num_warps = min(num_warps * 2, 32)`` (knob ``f:num_warps.scale``,
+  value the log2 factor). A value assigned twice (two branches) is scaled where it is passed
+  instead, for warps only: ``num_warps=min(num_warps * 2, 32)``.
+* The literals of a computed value, ``num_warps = max(8, min(32, block // 256))``: its floor, cap
+  and power-of-two divisor (``.floor``, ``.cap``, ``.div``); a launch expression without any is scaled.
+* ``@triton.autotune``: the ints of each ``triton.Config`` in a literal list (``autotune[i].num_warps``),
+  and the ends of each literal value list a config comprehension iterates (``autotune.BLOCK_N.max``:
+  extend or prune the list; equal ends pin it). The decorator stays.
+* ``@triton.heuristics``: a tile's (``BLOCK*``, fla's ``BK``) or ``num_warps``' lambda, by its
+  literals or scaled in place.
+
+:func:`explain` says, for a launch value that is none of these, which construct hid it.
+
 Rewrites splice new digits into the original text at the literal's exact position instead of
 unparsing the AST, so comments, quoting and layout survive and the diff a reviewer sees is the
 few characters that changed.
@@ -11,14 +28,16 @@ few characters that changed.
 Limitations (all of them err towards finding fewer knobs, never towards an unsafe edit):
 
 * Only keyword arguments of a launch are considered; a block size passed positionally is not.
-* A launch argument that is a name is followed only to exactly one ``NAME = <int literal>``
-  (or ``A, B = 128, 4``) binding in the scope Python would look it up in. Names bound twice,
-  bound by a call (``calculate_settings(n)``), function parameters (even with a literal default)
-  and attributes (``self.BLOCK``) are not knobs: editing one binding of several, or a default a
-  caller may override, would not reliably change what the launch receives.
-* Kernels decorated with ``@triton.autotune`` (or wrapped as ``triton.autotune(...)(fn)``) in the
-  same file are skipped, because autotune owns their configuration. A kernel imported from
-  another file cannot be inspected, so if it is autotuned its launch keywords still show up.
+* A launch argument that is a name is followed only to exactly one binding in the scope Python
+  would look it up in: ``NAME = <int literal>`` (or ``A, B = 128, 4``) is edited, one computed
+  assignment is scaled. Block sizes bound twice, function parameters (even with a literal
+  default) and attributes (``self.BLOCK``) are not knobs: editing one binding of several, or a
+  default a caller may override, would not reliably change what the launch receives.
+* Launches of kernels decorated with ``@triton.autotune`` (or wrapped as ``triton.autotune(...)(fn)``)
+  in the same file are skipped, because autotune owns their configuration: its config list is
+  the knob. A kernel imported from another file cannot be inspected, so if it is autotuned its
+  launch keywords still show up. Config lists read from a variable or built by a helper are not
+  knobs (``explain`` names them).
 * Any ``tl.constexpr`` parameter of a same-file kernel that is passed a power of two >= 16 is
   treated as a block size, even when it is really a problem dimension (``HEAD_DIM=64``); the
   tuner's correctness check is what rejects such moves.
