@@ -39,7 +39,11 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
         path = path / ".kernelpro.yml"
     config = load_config(path, Path(args.repo) if args.repo else None)
     faults: list[str] = []
+    from kernelpro.runner.smoke import import_warnings
+
     for t in config.targets:
+        for w in import_warnings(t, Path(args.repo) if args.repo else path.parent):
+            print(f"warning: {w}")
         if args.run:
             # The smoke step `optimize` runs before any search: files, entry point, the reference on the
             # smallest workload (in the evaluator's reference child).
@@ -208,6 +212,7 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
         CONFIG_ERROR,
         fault_report,
         fault_result,
+        import_warnings,
         is_reference_failure,
         smoke,
     )
@@ -264,6 +269,8 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
             t_out = out / target.name
             # Before any search: a fault of the configuration is reported as such, never as the PR kernel's status.
             faults = smoke(target, co.head, device, target.budget.timeout_s)
+            for w in import_warnings(target, co.head):
+                print(f"kernelpro: warning: {w}", file=sys.stderr)
             if faults:
                 t_out.mkdir(parents=True, exist_ok=True)
                 (t_out / "result.json").write_text(json.dumps(fault_result(target, device, faults), indent=2) + "\n")

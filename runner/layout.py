@@ -113,15 +113,28 @@ def _walk(checkout: Path, tops: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _files(checkout: Path, sources: Sequence[str]) -> tuple[Mapping[str, str], bool]:
+    """The files of the folders the sources are in (path -> blob id in git, else full path); whether git's."""
+    tops = sorted({PurePosixPath(s).parts[0] for s in sources if len(PurePosixPath(s).parts) > 1})
+    if not tops:
+        return {}, False
+    listing = _listing(checkout, tops)
+    return (listing, True) if listing is not None else (_walk(checkout, tops), False)
+
+
+def of(checkout: Path, sources: Sequence[str], python_path: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+    """``roots`` of a target's sources in the checkout's commit."""
+    return roots(sources, _files(checkout, sources)[0], python_path)
+
+
 def context(checkout: Path, sources: Sequence[str], python_path: Sequence[str] = ()) -> tuple[tuple[str, str], ...]:
     """(path, text) of the Python files, as the checkout's commit holds them, of every package the
     target's ``sources`` belong to (the harness writes them, then the candidate's files over them).
     Empty when there is none or it cannot be read; the installed copy then supplies the rest."""
-    tops = sorted({PurePosixPath(s).parts[0] for s in sources if len(PurePosixPath(s).parts) > 1})
-    if not tops:
+    files, in_git = _files(checkout, sources)
+    if not files:
         return ()
-    listing = _listing(checkout, tops)
-    files: Mapping[str, str] = listing if listing is not None else _walk(checkout, tops)
+    listing = files if in_git else None
     layout = roots(sources, files, python_path)
     dirs = [f"{r}/{n}/" if r else f"{n}/" for n, rs in layout.items() for r in rs]
     wanted = [p for p in sorted(files) if p.endswith(".py") and p.startswith(tuple(dirs)) and p not in sources]

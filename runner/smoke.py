@@ -180,6 +180,31 @@ def reference_fault(target: Target, checkout: Path, device: str, timeout_s: floa
     return None
 
 
+# What the harness imports before any candidate code, besides what this process has imported.
+_HARNESS_IMPORTS = frozenset({"torch", "triton", "numpy", "kernelpro", "yaml", "jinja2"})
+
+
+def import_warnings(target: Target, checkout: Path) -> list[str]:
+    """Top-level names the target's files define that the evaluator cannot serve from the candidate's
+    files, because it imports a module of that name itself before the candidate runs: another copy
+    would be measured (each evaluation says so again, as IMPORT_MISMATCH). Static: nothing runs."""
+    import sys
+
+    from .layout import of
+
+    if target.language == "cuda":
+        return []
+    taken = _HARNESS_IMPORTS | {m.partition(".")[0] for m in list(sys.modules)}
+    try:
+        names = of(checkout, target.files, target.python_path)
+    except OSError:
+        return []
+    return [f"{target.name}: the target's files define `{n}` (under {', '.join(r or '.' for r in rs)}), a module the "
+            f"evaluator imports itself before any candidate runs, so candidates would run that copy, not the "
+            f"repository's; rename the folder or set `python_path:` so that the kernel's package has its own name"
+            for n, rs in sorted(names.items()) if n in taken]  # fmt: skip
+
+
 def smoke(target: Target, checkout: Path, device: str, timeout_s: float = 300.0) -> list[ConfigFault]:
     """Every configuration error of one target found without running the pull request's code."""
     faults = static_faults(target, checkout)

@@ -235,3 +235,31 @@ def test_layout_rules() -> None:
     assert got["p"] == ("src",) and got["fi"] == ("",) and got["ns"] == ("src",) and got["w"] == ("",)
     assert got["python"] == ("",) and roots(["python/tk/ops.py"], files, ["python"]) == {"tk": ("python",)}
     assert module_of("src/p/ops/k.py", got) == "p.ops.k" and module_of("fi/__init__.py", got) == "fi"
+
+
+def test_the_mismatch_reaches_the_smoke_step_the_log_and_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Through `kernelpro optimize`: the smoke step warns before any search (statically), the
+    baseline's evaluation says the other copy ran, and report.md and result.json carry it."""
+    from kernelpro.cli import main
+
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
+    repo = tmp_path / "repo"
+    cfg = _config(["wrap.py", "json/__init__.py"], "wrap.py::run", "    budget: {evaluations: 1}\n")
+    _write(repo, {".kernelpro.yml": cfg})
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "configuration"], check=True)
+    _write(repo, {"wrap.py": "import json\n\ndef run(x):\n    return x * 2\n", "json/__init__.py": EXITS})
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "kernel"], check=True)
+    out = tmp_path / "out"
+    assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "kernelpro: warning: k: the target's files define `json`" in err, err
+    assert "kernelpro: warning: k: IMPORT_MISMATCH: the entry point ran json from" in err, err
+    assert "Warning: the measurement may not be of the candidate's files." in (out / "report.md").read_text()
+    result = json.loads((out / "k" / "result.json").read_text())
+    assert any("IMPORT_MISMATCH" in w for w in result["baseline"]["warnings"])
