@@ -362,7 +362,15 @@ def reproduce(repo: Path, base: str, head: str, out: Path, settings: Settings, *
     return shlex.join([*env, *args])
 
 
+def _check_budget(budget: int | None) -> None:
+    """``--budget`` below 1 would fall back to the configuration's budget unnoticed (0 is falsy)."""
+    if budget is not None and budget < 1:
+        raise UsageError(f"--budget {budget}: give at least 1 evaluation per target (the pull request's kernel "
+                         "counts as one), or leave --budget out for the target's own budget")  # fmt: skip
+
+
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    _check_budget(args.budget)
     if args.candidates is not None and not 1 <= args.candidates <= 64:
         print(f"--candidates {args.candidates}: give between 1 and 64 candidates per expansion", file=sys.stderr)
         return 2
@@ -475,6 +483,7 @@ def make_demo_repo(dest: Path, example: str = "demo") -> Path:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    _check_budget(args.budget)
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="kernelpro-demo-") as tmp:
         repo = make_demo_repo(Path(tmp) / "demo-kernels")

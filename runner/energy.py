@@ -994,7 +994,9 @@ def nvml_meter(device_kind: str, s: EnergySettings = EnergySettings(), cache_dir
     """The real meter: NVML in this process, each arm in a sandboxed child."""
 
     def meter(target: Any, solutions: Mapping[str, Any], workloads: Sequence[Any]) -> tuple[WorkloadEnergy, ...]:
-        return measure_solutions(target.definition, solutions, workloads, device_kind, s, flops=target.flops,
+        # The target's limit, not a constant of the meter's (issue 22).
+        limited = replace(s, timeout_s=target.budget.energy_timeout_s) if hasattr(target, "budget") else s
+        return measure_solutions(target.definition, solutions, workloads, device_kind, limited, flops=target.flops,
                                  nbytes=target.bytes, cache_dir=cache_dir, open_device=open_device)  # fmt: skip
 
     return meter

@@ -292,6 +292,10 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
               spare: list[NcuStandby | None]) -> Result:  # fmt: skip
     t0 = clock()
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The target's limit reaches every child of its run (search, gate, memcheck, base-branch comparison,
+    # profiling), resolved once before anything uses the settings (issue 22); energy arms: runner/energy.py.
+    settings = replace(settings, evaluation=replace(settings.evaluation, timeout_s=target.budget.timeout_s),
+                       profiling=replace(settings.profiling, timeout_s=target.budget.profile_timeout_s))  # fmt: skip
     es = settings.evaluation
     if es.cache_dir is None:
         es = replace(es, cache_dir=out_dir / ".triton-cache")
@@ -304,7 +308,6 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     device = es.device
     workloads = target.workloads_for(device)
     budget = settings.budget or target.budget.evaluations
-    es = replace(es, timeout_s=min(es.timeout_s, target.budget.timeout_s))
     ctx_key = context_key({
         "definition": target.definition.to_json(), "workloads": [w.to_json() for w in workloads],
         "tolerance": [target.tolerance.atol, target.tolerance.rtol,

@@ -62,7 +62,18 @@ class Budget:
     minutes: float = 30.0
     """Wall-clock limit for the whole search of this target."""
     timeout_s: float = 120.0
-    """Wall-clock limit for one candidate's evaluation."""
+    """Wall-clock limit for one child of this target's run: each evaluation of the search and the gate,
+    memcheck and the base-branch comparison; profiling and energy arms get a multiple of it."""
+
+    @property
+    def profile_timeout_s(self) -> float:
+        """A profiling child's limit: ncu replays every kernel once per counter pass (180 s of 120)."""
+        return self.timeout_s * 1.5
+
+    @property
+    def energy_timeout_s(self) -> float:
+        """An energy arm's limit to start: build, compile and warm up every workload (300 s of 120)."""
+        return self.timeout_s * 2.5
 
 
 @dataclass(frozen=True)
