@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from test_evaluate import DEFINITION, WORKLOADS
+from test_standby import fake_ncu  # noqa: F401  (a fixture)
 
 from kernelpro.runner.trace import BuildSpec, Solution, SourceFile
 
@@ -239,3 +240,32 @@ def test_an_interrupted_optimize_says_where_its_journal_is_and_leaves_nothing(tm
     assert str(out) in err
     assert list(tmp.iterdir()) == []
     assert len(r.git.worktree("list").splitlines()) == 1  # the run's checkouts of base and head are gone
+
+
+def test_a_signal_ends_an_ncu_standby_and_removes_its_folder(fake_ncu: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """In process, as `kernelpro optimize` runs it: the standby's ncu child (here a fake ncu that
+    starts the harness) is started from a thread of its own, and its folder by mkdtemp."""
+    import tempfile
+
+    from kernelpro.runner import reaper
+    from kernelpro.runner.standby import NcuStandby
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    before = set(reaper.descendants(os.getpid()))
+    with pytest.raises(KeyboardInterrupt) as stopped, reaper.watch():
+        assert signal.getsignal(signal.SIGTERM) is reaper._on_signal  # else the kill below would end pytest
+        sb = NcuStandby(str(fake_ncu), [], timeout_s=60)
+        end = time.monotonic() + 60
+        while not (set(reaper.descendants(os.getpid())) - before) or not list(tmp.rglob("alive")):
+            assert time.monotonic() < end, "the standby never started"
+            time.sleep(0.05)
+        assert sb.dir.parent.parent == tmp  # inside the command's own folder
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the handler raises here
+    assert reaper.exit_code(stopped.value) == 143
+    assert set(reaper.descendants(os.getpid())) - before == set()
+    assert list(tmp.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the caller's handlers are back
