@@ -59,12 +59,12 @@ def outcome(r: dict[str, Any]) -> str:
         # optimize appends the tuner's own account of what hid the parameters: "... propose (why)".
         why = r["stop_reason"][len(NOTHING_PROPOSED):].strip().removeprefix("(").removesuffix(")")
         if who == "tuner":
-            return ("The tuner found no tunable parameter in this kernel, so nothing was tried"
+            return ("The tuner found no tunable parameter in this kernel, so nothing was tried and no final gate ran"
                     + (f": {why}" if why else " (no launch keyword, constexpr block size or num_warps/num_stages "
                        "reachable from the entry point, nor a CUDA launch constant)")
                     + ". Run with `--programmer llm` to let a model rewrite the kernel, or expose the launch "
                       "parameters (BLOCK sizes as tl.constexpr arguments, num_warps at the launch).")  # fmt: skip
-        return f"The programmer ({who}) proposed no candidate, so nothing was tried and no gate ran" + (f": {why}." if why else ".")
+        return f"The programmer ({who}) proposed no candidate, so nothing was tried and no final gate ran" + (f": {why}." if why else ".")
     return f"No candidate was faster than it in the search, so no final gate ran ({r['stop_reason']})."
 
 

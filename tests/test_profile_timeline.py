@@ -203,6 +203,7 @@ EXPECT = {
     "memcpy": lambda t: t.memcpy_h2d >= 1 and t.memcpy_d2h >= 1 and t.memcpy_bytes >= 2 * 4 * (1 << 20),
     "clean": lambda t: (t.kernel_launches <= 3 and t.launch_overhead_pct < 20 and t.syncs == 0
                         and t.memcpy_h2d == t.memcpy_d2h == 0),
+    "host_bound": lambda t: t.kernel_launches == 1 and t.launch_overhead_pct > 50,  # issue 23
 }  # fmt: skip
 
 TRACES = sorted(H200.glob("timeline_*.json")) if H200.is_dir() else []

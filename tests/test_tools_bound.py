@@ -253,7 +253,7 @@ def test_first_sentence_tells_gate_refused_from_no_gate_and_nothing_tried() -> N
     assert "found no tunable parameter" in none and "--programmer llm" in none
     # optimize appends the tuner's reason (Tuner.silent) to the stop reason
     why = outcome(_summary(evaluations=1, stop_reason="the programmer had nothing new to propose (the grid is a module constant)"))
-    assert "found no tunable parameter in this kernel, so nothing was tried: the grid is a module constant." in why
+    assert "found no tunable parameter in this kernel, so nothing was tried and no final gate ran: the grid is a module constant." in why
     llm = outcome(_summary(evaluations=1, stop_reason="the programmer had nothing new to propose",
                            programmer={"name": "llm"}))  # fmt: skip
     assert llm.startswith("The programmer (llm) proposed no candidate")
@@ -297,7 +297,7 @@ def _report(tmp_path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch) -> str
 
 def test_report_says_the_tuner_found_nothing_to_tune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report = _report(tmp_path, "import torch\n\ndef add(a, b):\n    return a + b\n", monkeypatch)
-    assert "The tuner found no tunable parameter in this kernel, so nothing was tried: no launch parameter in k.py" in report
+    assert "The tuner found no tunable parameter in this kernel, so nothing was tried and no final gate ran: no launch parameter in k.py" in report
     assert "--programmer llm" in report
     assert "No candidate passed the final gate" not in report
 
@@ -307,3 +307,42 @@ def test_report_shows_the_failing_baselines_log_tail(tmp_path: Path, monkeypatch
     report = _report(tmp_path, kernel, monkeypatch)
     assert "the end of its log:" in report
     assert "RuntimeError: kernel exploded: stride 7 is not supported" in report
+
+
+# --- the fixtures recorded for issue 23 (tests/fixtures/README.md; skipped until recorded) -----------
+
+SERIAL = H200 / "ncu_serial_loop.csv"
+HOST_BOUND = H200 / "timeline_host_bound.json"
+
+
+@pytest.mark.skipif(not SERIAL.exists(), reason="record with KP_FIRING_CASES=serial_loop bash .ci/gpu --firing --no-tests")
+def test_recorded_serial_loop_fires_the_new_tools() -> None:
+    (k,) = parse_csv(SERIAL.read_text())
+    n = (1 << 24) // 4  # tests/fixtures/kernels/launch.py: 32 rows of N/4 floats in all
+    work = Work("N", float(n), 4.0 * n + 4 * 32, "memory", None, None, None)
+    p = Profile(kernels=(k,), work=work)
+    few = _run("too_few_programs", p)
+    assert few is not None and few.severity == "critical" and few.title.startswith("grid of 32 programs on 132 SMs")
+    mismatch = _run("bound_mismatch", p)
+    assert mismatch is not None and mismatch.title.startswith("grid of 32 programs")
+    over = _run("instruction_overhead", p)
+    assert over is not None and over.severity in ("high", "critical")
+    assert current_bound(k).bound == "parallelism"
+
+
+@pytest.mark.skipif(not HOST_BOUND.exists(), reason="record with bash .ci/gpu --firing --no-tests (timeline_host_bound.json)")
+def test_recorded_host_bound_call_gets_host_side_fixes() -> None:
+    events, calls = load_events(HOST_BOUND)
+    f = _run("launch_overhead", Profile(timeline=summarize(events, calls)))
+    assert f is not None and "host-bound" in f.title and "CUDA Graph" not in " ".join(f.recommendations)
+
+
+def test_the_new_findings_steer_the_tuner() -> None:
+    from kernelpro.runner.programmers.tuner import _guided_order
+
+    def finding(tool: str) -> Finding:
+        return Finding(tool, "high", "t", {"x": 1}, "c", ("r",))
+
+    assert _guided_order((finding("too_few_programs"),))[0] == ("block", -1)  # smaller tiles, more programs
+    assert _guided_order((finding("instruction_overhead"),))[0] == ("block", +1)  # no masked lanes (demo's poor)
+    assert _guided_order((finding("tail_effect"),)) == [("block", -1), ("tile", -1)]

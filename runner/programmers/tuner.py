@@ -50,6 +50,10 @@ FINDING_MOVES: dict[str, tuple[tuple[str, int], ...]] = {
     "shared_bank_conflicts": (("block", -1), ("tile", -1)),
     "warp_stall": (("num_stages", +1), ("num_warps", +1), ("work", +1), ("unroll", +1)),
     "barrier_stall": (("num_warps", -1), ("threads", -1)),
+    # issue 23's tools: more programs from smaller tiles; fewer masked lanes and wider accesses from larger ones.
+    "too_few_programs": (("block", -1), ("tile", -1), ("work", -1)),
+    "tail_effect": (("block", -1), ("tile", -1)),
+    "instruction_overhead": (("block", +1), ("vector", +1), ("num_warps", -1), ("work", +1)),
 }  # fmt: skip
 
 
