@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -116,13 +117,80 @@ def _child(req: Mapping[str, Any], out_fd: int, channel: Sequence[int] = ()) -> 
         os._exit(code)
 
 
-def serve(fd: int) -> None:
-    """The server's loop: fork a child per request, report each exit."""
+class _Refuse:
+    """First on sys.meta_path while a warm server preloads: a module whose file lies under a blocked
+    folder (the pull request's checkout) is refused, so no code of the pull request runs outside a
+    confined child, whatever an installed package or a ``.pth`` entry points at."""
+
+    def __init__(self, blocked: Sequence[str]) -> None:
+        self.blocked = tuple(os.path.realpath(b) + os.sep for b in blocked)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is None:
+                continue
+            places = [spec.origin or "", *(spec.submodule_search_locations or ())]
+            if any((os.path.realpath(p) + os.sep).startswith(self.blocked) for p in places if p):
+                raise ImportError(f"{fullname} is the pull request's own code ({places[0] or places[-1]}): "
+                                  "it is imported only in a confined child")  # fmt: skip
+            return None  # the finders after this one import it as usual
+        return None
+
+
+def _cuda_state() -> str | None:
+    """Why a fork of this process could not use CUDA (a forked CUDA context is unusable), or None."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    with contextlib.suppress(Exception):
+        if cuda is not None and cuda.is_initialized():
+            return "torch initialised CUDA"
+    with contextlib.suppress(OSError), open("/proc/self/maps") as f:
+        for line in f:
+            lib = line.rsplit("/", 1)[-1].strip() if "/" in line else ""
+            if lib.startswith("libcuda.so"):
+                return f"the CUDA driver ({lib}) is loaded"
+    return None
+
+
+def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
+    """In a warm server: import ``modules``; what was imported, what failed and why, every top-level
+    module that the imports added, and why forking is unusable now (CUDA), if it is."""
+    import importlib
+
+    t0 = time.perf_counter()
+    before = {m.partition(".")[0] for m in sys.modules}
+    refuse = _Refuse(blocked)
+    sys.meta_path.insert(0, refuse)
+    done, failed = [], {}
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+                done.append(name)
+            except BaseException as e:  # noqa: BLE001 - SystemExit too: the child's own import reports it
+                failed[name] = f"{type(e).__name__}: {e}"[:300]
+    finally:
+        sys.meta_path.remove(refuse)  # the children import as a fresh interpreter would
+    added = sorted({m.partition(".")[0] for m in sys.modules} - before)
+    return {"preloaded": done, "failed": failed, "added": added, "cuda": _cuda_state(),
+            "seconds": time.perf_counter() - t0}  # fmt: skip
+
+
+def serve(fd: int, warm: str = "") -> None:
+    """The server's loop: fork a child per request, report each exit. ``warm``: a JSON object
+    ``{"modules", "blocked"}`` for a target's warm server, which imports those modules first and
+    reports what it did (``{"ready": ...}``) before the first request."""
     import torch  # noqa: F401 - imported once here: the start-up every child is spared
 
     from . import harness  # noqa: F401
 
     sock = socket.socket(fileno=fd)
+    if warm:
+        order = json.loads(warm)
+        sock.send(json.dumps({"ready": _preload(order["modules"], order["blocked"])}).encode())
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -193,10 +261,11 @@ class Forked:
 class ForkServer:
     """One server process per orchestrating process, started on first use."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], warm: Mapping[str, Any] | None = None) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        order = f", {json.dumps(json.dumps(warm))}" if warm else ""
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", f"from kernelpro.runner.forkserver import serve; serve({theirs.fileno()})"],
+            [sys.executable, "-c", f"from kernelpro.runner.forkserver import serve; serve({theirs.fileno()}{order})"],
             # cwd "/": the server's own imports must not pick up a package of the directory it was
             # started from; each child changes into its work directory, where '' then points.
             pass_fds=(theirs.fileno(),), env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
@@ -209,6 +278,9 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self.probed: set[bool] = set()
         """The ``isolate`` values a probe child has shown to work with this server."""
+        self.ready: dict[str, Any] | None = None
+        """A warm server's report of its preload (``_preload``), once it has sent it."""
+        self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -223,7 +295,10 @@ class ForkServer:
                     waiting.put({"error": "the fork server stopped"})
                 return
             doc = json.loads(msg)
-            if "exit" in doc:
+            if "ready" in doc:
+                self.ready = doc["ready"]
+                self._ready.set()
+            elif "exit" in doc:
                 with self._lock:
                     self._exits[int(doc["exit"])] = int(doc["code"])
             elif (q := self._replies.get(doc.get("id"))) is not None:
@@ -231,6 +306,23 @@ class ForkServer:
 
     def alive(self) -> bool:
         return self._proc.poll() is None
+
+    def wait_ready(self, timeout_s: float) -> dict[str, Any] | None:
+        """A warm server's preload report, waiting at most ``timeout_s`` for it (None: not yet)."""
+        self._ready.wait(timeout_s)
+        return self.ready
+
+    def close(self) -> None:
+        """Stop the server (its children are the sandbox's to stop); idempotent."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                self._proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=10)
 
     def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], isolate: bool,
               timeout_s: float = 60.0, probe: bool = False, policy: str | None = None,
@@ -294,3 +386,71 @@ def server(env: Mapping[str, str], cwd: Path, isolate: bool) -> ForkServer | Non
                 return None
             _SERVER.probed.add(isolate)
         return _SERVER
+
+
+# --------------------------------------------------------------------------- a target's warm server
+
+WARM_WAIT_S = 300.0
+"""How long a child waits for the warm server's preload before it goes without (Liger's is ~12 s)."""
+
+
+@dataclass(frozen=True)
+class Warm:
+    """The warm server of one target (issue 22): the fork server that has also imported the target's
+    third-party modules."""
+
+    label: str
+    """The target's name, as the report gives it."""
+    server: ForkServer
+    """The server process."""
+    modules: tuple[str, ...]
+    """What it was asked to preload."""
+
+
+_WARM: list[Warm] = []
+
+
+def warm(label: str, modules: Sequence[str], env: Mapping[str, str], blocked: Sequence[str] = ()) -> None:
+    """Start the warm server of target ``label`` (in place of any other), which preloads ``modules``
+    with ``env`` (the scrubbed one) and refuses to import anything under ``blocked``."""
+    cool()
+    if not modules:
+        return
+    with _SERVER_LOCK, reaper.starting():
+        _WARM.append(Warm(label, ForkServer(env, {"modules": list(modules), "blocked": list(blocked)}), tuple(modules)))
+
+
+def cool() -> None:
+    """Stop the warm server, if one runs: the final gate's children start from the plain server."""
+    with _SERVER_LOCK:
+        while _WARM:
+            _WARM.pop().server.close()
+
+
+def warm_server(tree: Collection[str], cwd: Path, isolate: bool) -> tuple[ForkServer | None, str]:
+    """The warm server for a child whose candidate defines the top-level names ``tree``, and how the
+    report says the child was started; (None, why not) where one runs but cannot serve this child,
+    (None, "") where none runs."""
+    w = _WARM[-1] if _WARM else None
+    if w is None:
+        return None, ""
+    ready = w.server.wait_ready(WARM_WAIT_S)
+    if ready is None:
+        return None, f"the warm server of target {w.label} had not finished its preload in {WARM_WAIT_S:.0f} s"
+    if ready.get("cuda"):
+        return None, (f"preloading {', '.join(ready['preloaded'])} initialised CUDA ({ready['cuda']}), and a "
+                      "forked CUDA context is unusable")  # fmt: skip
+    if not w.server.alive():
+        return None, f"the warm server of target {w.label} stopped"
+    stale = sorted(set(tree) & set(ready.get("added", ())))
+    if stale:
+        return None, (f"the warm server of target {w.label} has imported {', '.join(stale)}, which this "
+                      "candidate defines: its own copy is imported in a fresh one")  # fmt: skip
+    with _SERVER_LOCK:
+        if isolate not in w.server.probed:
+            why = w.server.probe(cwd, {}, isolate)
+            if why is not None:
+                return None, f"a child of the warm server of target {w.label} could not be confined: {why}"
+            w.server.probed.add(isolate)
+    return w.server, (f"forked from the warm server of target {w.label} "
+                      f"(preloaded: {', '.join(ready['preloaded']) or 'nothing'})")  # fmt: skip

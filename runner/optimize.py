@@ -36,12 +36,14 @@ from .energy import (
     timing_noise,
 )
 from .evaluator import EVALUATOR_VERSION, EvalSettings, Outcome, evaluate, reference_ready, traces
+from .forkserver import cool
 from .guard import GuardShape
 from .guard import check as check_guards
 from .guard import shapes_for as guard_shapes_for
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
+from .preload import start as start_warm
 from .profile import Profile, Timeline
 from .profiler import ProfileSettings, profile_candidate, start_standby
 from .programmers import Context, PluginError, Programmer, usage
@@ -284,6 +286,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     finally:
         if spare[0] is not None:  # however the run ended, no standby outlives it
             spare[0].close()
+        cool()
 
 
 def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
@@ -413,6 +416,10 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
         return taken
 
     refill()
+    # The target's warm fork server (runner/preload.py), like a standby only once the reference is in memory.
+    if es.fork_server and schedule is None and reference_ready(target.definition, baseline_cand.solution, workloads,
+                                                               target.tolerance, es):  # fmt: skip
+        start_warm(target.name, baseline_cand.solution, es.context, device, blocked=(str(head_checkout),))
     baseline = record(baseline_cand, run_eval(baseline_cand))
     state["baseline"] = baseline.outcome
 
@@ -622,6 +629,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
     if schedule is not None:
         schedule.drain()
     state["gating"] = True
+    cool()  # the gate's children start from the plain fork server, as any fresh run's would
     if (unused := next_standby()) is not None:
         unused.close()  # nothing of ncu is left when the gate times and the meter measures energy
     guards = guard_shapes_for(target, device, settings.guard_bytes) if ranked else ((), ())

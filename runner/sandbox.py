@@ -191,7 +191,13 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             cmd = confinement.command(cmd, rules)
         cmd = [*prefix, *cmd]
         reaper.check()
-        server = _fork_server(work, bool(prefix)) if forkable else None
+        server, spawned = _warm_server(request, work, bool(prefix)) if forkable else (None, "")
+        if server is None and forkable:
+            not_warm = spawned
+            server = _fork_server(work, bool(prefix))
+            spawned = "forked from the fork server" if server is not None else ""
+            if not_warm:  # a warm server runs but could not serve this child: the report says why
+                spawned = f"{spawned} (not the warm one: {not_warm})" if server is not None else f"fresh interpreter: {not_warm}"
         t0, wall0 = time.perf_counter(), time.time()
         proc: Any = None
         if server is not None:
@@ -199,7 +205,9 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
                 proc = server.spawn(cmd[-2:], work, _channel(env, timekeeper, forked=True), isolate=bool(prefix),
                                     policy=rules.to_json() if rules else None,
                                     fds=timekeeper.child_fds if timekeeper else ())  # fmt: skip
-                sandbox["spawn"] = "forked from the fork server"
+                sandbox["spawn"] = spawned
+        elif spawned:
+            sandbox["spawn"] = spawned
         if proc is None:
             with reaper.starting():  # none starts once the command is stopping (runner/reaper.py)
                 proc = subprocess.Popen(
@@ -286,6 +294,24 @@ def _fork_server(work: Path, isolate: bool) -> Any:
     from .forkserver import server
 
     return server(scrubbed_env({"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}), work, isolate)
+
+
+def _warm_server(request: Mapping[str, Any], work: Path, isolate: bool) -> tuple[Any, str]:
+    """The target's warm server (runner/forkserver.py) for a candidate's child, and how the report
+    says it started; never for the reference (computed from the plain server, or before a warm one
+    runs), nor for a candidate whose own packages the warm server imported (runner/preload.py)."""
+    from .forkserver import warm_server
+    from .preload import tree_names
+    from .trace import Solution, SourceFile
+
+    if request.get("mode") == "reference" or not isinstance(request.get("solution"), dict):
+        return None, ""
+    try:
+        solution = Solution.from_json(request["solution"])
+        context = [SourceFile(str(f["path"]), str(f["content"])) for f in request.get("context") or ()]
+    except (KeyError, TypeError, ValueError):
+        return None, ""
+    return warm_server(tree_names(solution, context), work, isolate)
 
 
 def _follow(during: Callable[[Path], None], work: Path, stop: threading.Event) -> None:

@@ -1,0 +1,191 @@
+"""A target's warm fork server (issue 22): children are forked from a server that has also imported
+the target's third-party modules, once; the candidate's own modules are never served from it; a
+preload that initialises CUDA sends children elsewhere; the pull request's code is never preloaded.
+
+The third-party package is a fake installed on PYTHONPATH (a folder under tmp) whose import is slow
+and records who imported it: the server runs without HOME (the scrubbed environment), each child with
+HOME set to its work folder, and a child is Landlocked read-only outside that folder anyway, so the
+record holds the server's imports only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelpro.runner import forkserver, preload
+from kernelpro.runner.config import parse_config
+from kernelpro.runner.evaluator import EvalSettings, Outcome, evaluate
+from kernelpro.runner.target import Target
+from kernelpro.runner.trace import Solution, SourceFile
+
+SLOW_S = 1.5
+DEFINITION = """
+    definition:
+      op_type: scale
+      axes: {M: {type: var}}
+      inputs: {x: {shape: [M], dtype: float32}}
+      outputs: {y: {shape: [M], dtype: float32}}
+      reference: |
+        def run(x):
+            return x * 2
+    workloads: [{axes: {M: 8}}]
+"""
+# Imported by the server only if at all: a child has HOME, the server has none.
+HELPER = f"""
+import os, time
+time.sleep({SLOW_S})
+if "HOME" not in os.environ:
+    with open({{log!r}}, "a") as f:
+        f.write("server\\n")
+FACTOR = {{factor}}
+"""
+KERNEL = "import helperpkg\n\ndef run(x):\n    return x * helperpkg.FACTOR\n"
+
+
+def _stop_servers() -> None:
+    forkserver.cool()
+    if forkserver._SERVER is not None:
+        forkserver._SERVER.close()
+        forkserver._SERVER = None
+
+
+@pytest.fixture(autouse=True)
+def _servers_of_this_test() -> Iterator[None]:
+    """A server's sys.path is the PYTHONPATH it started with: each test's fake packages need their own."""
+    _stop_servers()
+    yield
+    _stop_servers()
+
+
+def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, kernel: str = KERNEL,
+           extra: dict[str, str] | None = None) -> tuple[Target, Path, Path]:  # fmt: skip
+    site, repo = tmp / "site", tmp / "repo"
+    log = tmp / "imports.log"
+    files = {site / "helperpkg" / "__init__.py": HELPER.format(log=str(log), factor=2), repo / "kern.py": kernel,
+             **{repo / k: v for k, v in (extra or {}).items()}}  # fmt: skip
+    for p, text in files.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.syspath_prepend(str(site))  # as a runner that has it installed: children may read it
+    text = (f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(['kern.py'])}\n    language: python\n"
+            f"    entry_point: kern.py::run\n{DEFINITION}")  # fmt: skip
+    return parse_config(text, ".kernelpro.yml", repo).targets[0], repo, log
+
+
+def _evaluate(t: Target, repo: Path, sol: Solution, tmp: Path) -> Outcome:
+    es = EvalSettings(device="cpu", trials=1, reps_cpu=1, rotate=1, timeout_s=90, cache_dir=tmp / "cache",
+                      context=t.context(repo))  # fmt: skip
+    return evaluate(t.definition, sol, t.workloads, t.tolerance, es)
+
+
+def _warm(t: Target, repo: Path) -> dict:
+    sol = t.solution(repo)
+    plan = preload.start(t.name, sol, t.context(repo), "cpu", blocked=(str(repo),))
+    assert plan.modules == ("helperpkg",) and plan.tree == ("kern",), plan
+    server = forkserver._WARM[-1].server
+    ready = server.wait_ready(120)
+    assert ready is not None, "the warm server never reported its preload"
+    return ready
+
+
+def test_the_preload_happens_once_in_the_server_not_per_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, repo, log = _setup(tmp_path, monkeypatch)
+    ready = _warm(t, repo)
+    assert ready["preloaded"] == ["helperpkg"] and ready["cuda"] is None, ready
+    outcomes = [_evaluate(t, repo, t.solution(repo), tmp_path) for _ in range(2)]
+    for o in outcomes:
+        assert o.passed, o.log
+        assert o.environment["sandbox"]["spawn"] == "forked from the warm server of target k (preloaded: helperpkg)"
+        # The slow import is the server's: a child that imported helperpkg itself would take SLOW_S.
+        assert o.build_seconds < SLOW_S / 2, o.build_seconds
+    assert log.read_text().splitlines() == ["server"]
+
+
+def test_a_candidate_that_defines_a_preloaded_package_runs_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    _warm(t, repo)
+    sol = t.solution(repo)
+    # The candidate brings its own helperpkg, whose factor is wrong: it must run (and be refused),
+    # not the installed copy the warm server holds (which would pass).
+    own = Solution(sol.name + "-c", sol.definition, "test", sol.spec,
+                   (*sol.sources, SourceFile("helperpkg/__init__.py", "FACTOR = 3\n")))  # fmt: skip
+    o = _evaluate(t, repo, own, tmp_path)
+    assert not o.passed and o.status == "INCORRECT_NUMERICAL", (o.status, o.log[-500:])
+    spawn = o.environment["sandbox"]["spawn"]
+    assert "has imported helperpkg, which this candidate defines" in spawn and "warm server of target k" in spawn, spawn
+
+
+def test_an_edit_to_a_tree_module_the_installed_copy_also_has_is_what_runs(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # The target's own package (helperpkg/ops.py in the repository) is installed too; the server
+    # must not preload it, and the candidate's edit of it is what its child runs.
+    kernel = "import helperpkg.ops\nimport json\n\ndef run(x):\n    return x * helperpkg.ops.factor()\n"
+    t, repo, log = _setup(tmp_path, monkeypatch, kernel, {"helperpkg/__init__.py": "", "helperpkg/ops.py": "def factor():\n    return 2\n"})
+    t = parse_config((f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(['kern.py', 'helperpkg/ops.py'])}\n"
+                      f"    language: python\n    entry_point: kern.py::run\n{DEFINITION}"), ".kernelpro.yml", repo).targets[0]  # fmt: skip
+    sol = t.solution(repo)
+    plan = preload.start(t.name, sol, t.context(repo), "cpu")
+    assert "helperpkg" in plan.tree and not any(m.partition(".")[0] == "helperpkg" for m in plan.modules), plan
+    assert plan.modules == ("json",), plan
+    assert forkserver._WARM[-1].server.wait_ready(120) is not None
+    edited = Solution(sol.name + "-c", sol.definition, "test", sol.spec,
+                      tuple(SourceFile(f.path, "def factor():\n    return 3\n" if f.path == "helperpkg/ops.py" else f.content)
+                            for f in sol.sources))  # fmt: skip
+    o = _evaluate(t, repo, edited, tmp_path)
+    assert o.status == "INCORRECT_NUMERICAL", (o.status, o.log[-500:])
+    assert o.environment["sandbox"]["spawn"] == "forked from the warm server of target k (preloaded: json)"
+    assert _evaluate(t, repo, sol, tmp_path).passed
+    assert not log.exists()  # the installed helperpkg was never imported by the server
+
+
+def test_a_preload_that_loads_the_cuda_driver_sends_children_to_the_plain_server(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # What a driver load looks like from /proc/self/maps: a mapped file named libcuda.so.1.
+    kernel = "import cudapkg\n\ndef run(x):\n    return x * 2\n"
+    t, repo, _ = _setup(tmp_path, monkeypatch, kernel)
+    fake = tmp_path / "site" / "lib" / "libcuda.so.1"  # readable by a child, as the real one is
+    fake.parent.mkdir()
+    fake.write_bytes(b"\0" * 4096)
+    cudapkg = f"import mmap\n_f = open({str(fake)!r}, 'rb')\nMAP = mmap.mmap(_f.fileno(), 0, prot=mmap.PROT_READ)\n"
+    (tmp_path / "site" / "cudapkg.py").write_text(cudapkg)
+    sol = t.solution(repo)
+    assert preload.start(t.name, sol, t.context(repo), "cpu").modules == ("cudapkg",)
+    ready = forkserver._WARM[-1].server.wait_ready(120)
+    assert ready is not None and "libcuda.so.1" in str(ready["cuda"]), ready
+    o = _evaluate(t, repo, sol, tmp_path)
+    assert o.passed, (o.environment["sandbox"], o.log)
+    spawn = o.environment["sandbox"]["spawn"]
+    assert spawn.startswith(("forked from the fork server (not the warm one: ", "fresh interpreter: ")), spawn
+    assert "preloading cudapkg initialised CUDA (the CUDA driver (libcuda.so.1) is loaded)" in spawn, spawn
+
+
+def test_the_pull_requests_own_code_is_never_preloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # prcode.py lies in the checkout but outside the candidate's tree (another top-level module of the
+    # repository): imported by the unconfined server it would be the pull request's code running there.
+    marker = tmp_path / "ran-in-server"
+    kernel = "import prcode\n\ndef run(x):\n    return x * 2\n"
+    prcode = f"import os\nif 'HOME' not in os.environ:\n    open({str(marker)!r}, 'w').write('ran')\n"
+    t, repo, _ = _setup(tmp_path, monkeypatch, kernel, {"prcode.py": prcode})
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}:{repo}")
+    monkeypatch.syspath_prepend(str(repo))
+    sol = t.solution(repo)
+    assert preload.start(t.name, sol, t.context(repo), "cpu", blocked=(str(repo),)).modules == ("prcode",)
+    ready = forkserver._WARM[-1].server.wait_ready(120)
+    assert ready is not None and "prcode" in ready["failed"] and "pull request's own code" in ready["failed"]["prcode"]
+    assert not marker.exists()
+    assert _evaluate(t, repo, sol, tmp_path).passed  # the confined child imports it itself
+
+
+def test_a_cooled_warm_server_is_gone_and_children_fork_from_the_plain_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    _warm(t, repo)
+    server = forkserver._WARM[-1].server
+    forkserver.cool()
+    assert not forkserver._WARM and not server.alive()
+    o = _evaluate(t, repo, t.solution(repo), tmp_path)
+    assert o.passed and o.environment["sandbox"]["spawn"] == "forked from the fork server"
