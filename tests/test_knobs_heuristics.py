@@ -109,6 +109,21 @@ def test_flashinfer_min_max_warps_expose_their_floor_cap_and_divisor() -> None:
         apply_knobs(src, {"rms_norm:num_warps.floor": 3})
 
 
+def test_values_from_a_table_a_helper_or_next_power_of_2_at_the_launch() -> None:
+    # The shapes FlashInfer's and fla's wrappers use besides the ones above, written inline.
+    src = textwrap.dedent('''
+        _WARPS = {torch.float16: 4, torch.float32: 8}
+
+        def launch(x, n, cfg):
+            k[(n,)](x, n, BLOCK_SIZE=triton.next_power_of_2(n), TILE_N=cfg["TILE_N"], num_warps=_WARPS[x.dtype])
+    ''')
+    found = knobs(src)
+    assert {found[f"launch:{p}.scale"] for p in ("BLOCK_SIZE", "TILE_N", "num_warps")} == {0}
+    new = check_patch(src, {"launch:BLOCK_SIZE.scale": 1, "launch:TILE_N.scale": -1, "launch:num_warps.scale": 1})
+    assert ('BLOCK_SIZE=triton.next_power_of_2(n) * 2, TILE_N=max(cfg["TILE_N"] // 2, 16), '
+            "num_warps=min(_WARPS[x.dtype] * 2, 32)") in new
+
+
 # --------------------------------------------------------------------------- autotune and heuristics
 
 
