@@ -180,7 +180,7 @@ def reference_fault(target: Target, checkout: Path, device: str, timeout_s: floa
     return None
 
 
-# What the harness imports before any candidate code, besides what this process has imported.
+# What the harness imports before any candidate code, besides the standard library's modules.
 _HARNESS_IMPORTS = frozenset({"torch", "triton", "numpy", "kernelpro", "yaml", "jinja2"})
 
 
@@ -194,7 +194,7 @@ def import_warnings(target: Target, checkout: Path) -> list[str]:
 
     if target.language == "cuda":
         return []
-    taken = _HARNESS_IMPORTS | {m.partition(".")[0] for m in list(sys.modules)}
+    taken = _HARNESS_IMPORTS | ({m.partition(".")[0] for m in list(sys.modules)} & set(sys.stdlib_module_names))
     try:
         names = of(checkout, target.files, target.python_path)
     except OSError:

@@ -75,6 +75,11 @@ MAPPED = ('[tool.setuptools]\npackages = ["canarypkg", "canarypkg.ops"]\n'
           '[tool.setuptools.package-dir]\ncanarypkg = "src/canarypkg"\n')  # fmt: skip
 
 
+# The repository's util imports a part it does not hold as source (standing for a compiled
+# extension built at install time): only the installed copy has it.
+NATIVE_UTIL = "from canarypkg.ops._native import factor  # noqa: F401\n"
+
+
 def _src_layout(repo: Path, packages: str = FIND) -> None:
     _write(repo, {
         "pyproject.toml": textwrap.dedent("""\
@@ -88,12 +93,12 @@ def _src_layout(repo: Path, packages: str = FIND) -> None:
         "src/canarypkg/__init__.py": "",
         "src/canarypkg/ops/__init__.py": "",
         "src/canarypkg/ops/kern.py": KERNEL,
-        "src/canarypkg/ops/util.py": UTIL,
+        "src/canarypkg/ops/util.py": NATIVE_UTIL,
         "bench/wrap.py": WRAPPER,
     })  # fmt: skip
 
 
-def _venv(tmp: Path, how: str) -> Path:
+def _venv(tmp: Path, how: str, wheel: Path | None = None) -> Path:
     """A throwaway interpreter that sees this one's packages (kernelpro, torch) and has ``repo``
     installed (editable: the meta-path finder kind of setuptools >= 64). Offline: no build isolation,
     no dependencies. Its prefix, where the installed copy lives, is readable by confined children."""
@@ -107,10 +112,13 @@ def _venv(tmp: Path, how: str) -> Path:
     # The installed copy is the package as a released version has it: its kernel computes 2x too.
     installed = venv / "pkgsrc"
     _src_layout(installed, MAPPED if how == "editable-finder" else FIND)
+    _write(installed, {"src/canarypkg/ops/_native.py": UTIL})
     cmd = [str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "-q",
-           *(["-e"] if how.startswith("editable") else []), str(installed)]  # fmt: skip
+           *(["-e"] if how.startswith("editable") else []), str(wheel or installed)]  # fmt: skip
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stdout + got.stderr
+    if wheel is not None:
+        return py
     names = [p.name for p in Path(site).iterdir()]
     finder = any(n.startswith("__editable__") and n.endswith("finder.py") for n in names)
     assert finder == (how == "editable-finder") and ("canarypkg" in names) == (how == "installed"), names
@@ -124,27 +132,34 @@ from kernelpro.runner.config import parse_config
 from kernelpro.runner.evaluator import EvalSettings, evaluate
 from kernelpro.runner.trace import Solution, SourceFile
 repo, tmp, cfg, replace = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+device, kernel, module = sys.argv[5], sys.argv[6], sys.argv[7]
 t = parse_config(cfg, ".kernelpro.yml", repo).targets[0]
-es = EvalSettings(device="cpu", trials=1, reps_cpu=1, rotate=1, timeout_s=90, cache_dir=tmp / "cache",
+es = EvalSettings(device=device, trials=1, reps_cpu=1, rotate=1, timeout_s=300, cache_dir=tmp / "cache",
                   context=t.context(repo))
-import canarypkg.ops.kern as installed  # the parent sees the installed copy
+import importlib
+installed = importlib.import_module(module)  # the parent sees the installed copy
 assert "venv" in installed.__file__, installed.__file__
 out = {}
 for name, text in replace.items():
     sol = t.solution(repo)
     if text is not None:
+        text = text.replace("{head}", sol.source(kernel))
         sol = Solution(sol.name + name, sol.definition, "t", sol.spec,
-                       tuple(SourceFile(f.path, text if f.path.endswith("kern.py") else f.content) for f in sol.sources))
+                       tuple(SourceFile(f.path, text if f.path == kernel else f.content) for f in sol.sources))
     o = evaluate(t.definition, sol, t.workloads, t.tolerance, es)
     out[name] = [o.status, o.log[-300:], list(o.warnings)]
 print("RESULT" + json.dumps(out))
 """
 
 
-def _run_in(py: Path, repo: Path, tmp: Path, cfg: str) -> dict[str, list[object]]:
-    cases = {"head": None, "exits": EXITS, "triples": TRIPLES}
-    got = subprocess.run([str(py), "-c", _RUNNER, str(repo), str(tmp), cfg, json.dumps(cases)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp)  # fmt: skip
+def _run_in(py: Path, repo: Path, tmp: Path, cfg: str, cases: dict[str, str | None] | None = None,
+            device: str = "cpu", kernel: str = "src/canarypkg/ops/kern.py",
+            module: str = "canarypkg.ops.kern") -> dict[str, list[object]]:  # fmt: skip
+    """Evaluates the pull request's kernel and each case (the kernel file's text; ``{head}`` is the
+    head's text) in ``py``, a fresh interpreter whose site-packages hold the installed copy."""
+    cases = cases or {"head": None, "exits": EXITS}  # the in-process tests below also judge one computing 3x
+    got = subprocess.run([str(py), "-c", _RUNNER, str(repo), str(tmp), cfg, json.dumps(cases), device, kernel, module],
+                         capture_output=True, text=True, timeout=580, cwd=tmp)  # fmt: skip
     line = next((ln for ln in got.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line is not None, got.stdout[-2000:] + got.stderr[-3000:]
     return json.loads(line[len("RESULT"):])
@@ -159,13 +174,13 @@ def _check(out: dict[str, list[object]]) -> None:
     assert out["head"][0] == "PASSED", out
     assert out["head"][2] == [], out  # the candidate's tree won: nothing to warn about
     assert out["exits"][0] == "COMPILE_ERROR" and "SystemExit" in str(out["exits"][1]), out
-    assert out["triples"][0] == "INCORRECT_NUMERICAL", out
 
 
 @pytest.mark.parametrize("how", ["editable-pth", "editable-finder", "installed"])
 def test_src_layout_wins_over_the_installed_package(tmp_path: Path, how: str) -> None:
     """A src-layout package installed on the runner (editable through a .pth path entry or a meta-path
-    finder, or a copy in site-packages); the wrapper imports the kernel as the repository does."""
+    finder, or a copy in site-packages); the wrapper imports the kernel as the repository does, and
+    the part only the installed copy has (a compiled extension's stand-in) still comes from it."""
     repo = tmp_path / "repo"
     _src_layout(repo)
     py = _venv(tmp_path, how)
@@ -263,3 +278,52 @@ def test_the_mismatch_reaches_the_smoke_step_the_log_and_the_report(tmp_path: Pa
     assert "Warning: the measurement may not be of the candidate's files." in (out / "report.md").read_text()
     result = json.loads((out / "k" / "result.json").read_text())
     assert any("IMPORT_MISMATCH" in w for w in result["baseline"]["warnings"])
+
+
+LIGER_WHEEL = Path(__file__).resolve().parent.parent / ".corpus" / "liger_kernel-0.8.5-py3-none-any.whl"
+LIGER_CONFIG = """version: 1
+targets:
+  - name: liger_rms_norm
+    files: ["bench/wrap.py", "src/liger_kernel/ops/rms_norm.py"]
+    language: triton
+    entry_point: bench/wrap.py::run
+    definition:
+      op_type: rmsnorm
+      axes: {M: {type: var}, N: {type: const, value: 4096}}
+      inputs: {x: {shape: [M, N], dtype: bfloat16}, w: {shape: [N], dtype: bfloat16}}
+      outputs: {y: {shape: [M, N], dtype: bfloat16}}
+      reference: |
+        import torch
+        def run(x, w):
+            xf = x.float()
+            return ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w).to(x.dtype)
+    workloads: [{M: 1024}]
+    cpu_workloads: [{M: 4}]
+    tolerances: {atol: 3.0e-2, rtol: 3.0e-2}
+"""
+# The candidate: Liger's own file, whose forward then doubles its output (the canary).
+DOUBLED = "{head}\n_forward = rms_norm_forward\n\n\ndef rms_norm_forward(*a):\n    r = _forward(*a)\n    return (r[0] * 2, *r[1:])\n"
+
+
+@pytest.mark.gpu
+def test_upstream_liger_with_its_wheel_installed_runs_the_candidate_on_the_gpu(tmp_path: Path) -> None:
+    """Liger-Kernel 0.8.5 as published (src layout; the wheel installed on the runner, as a maintainer
+    has it): the wrapper imports ``liger_kernel.ops.rms_norm`` as the repository does. The head passes;
+    a candidate whose kernel file exits, or whose forward doubles its output, fails: the candidate's file
+    ran on the GPU, not the installed one."""
+    import zipfile
+
+    assert LIGER_WHEEL.exists(), f"{LIGER_WHEEL} is missing: carry .corpus/ (benchmarks/fetch_corpus.sh)"
+    repo = tmp_path / "repo"
+    with zipfile.ZipFile(LIGER_WHEEL) as z:
+        for n in z.namelist():
+            if n.startswith("liger_kernel/") and n.endswith(".py"):
+                _write(repo, {f"src/{n}": z.read(n).decode()})
+    _write(repo, {"bench/wrap.py": "from liger_kernel.ops.rms_norm import rms_norm_forward\n\n\ndef run(x, w):\n"
+                                   "    return rms_norm_forward(x, w, 1e-6, 0.0, 'llama', None)[0]\n"})  # fmt: skip
+    py = _venv(tmp_path, "installed", wheel=LIGER_WHEEL)
+    out = _run_in(py, repo, tmp_path, LIGER_CONFIG, {"head": None, "exits": EXITS, "doubled": DOUBLED}, device="cuda",
+                  kernel="src/liger_kernel/ops/rms_norm.py", module="liger_kernel.ops.rms_norm")  # fmt: skip
+    assert out["head"][0] == "PASSED" and out["head"][2] == [], out
+    assert out["exits"][0] == "COMPILE_ERROR" and "SystemExit" in str(out["exits"][1]), out
+    assert out["doubled"][0] == "INCORRECT_NUMERICAL", out
