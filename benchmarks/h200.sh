@@ -12,6 +12,8 @@
 #   t1 t2 t3 t4  ~5 each: the GPU test tier (pytest -m gpu), every test of tests/test_gpu.py in one of them
 #   gpu-files ~3 the GPU tests outside tests/test_gpu.py: dtypes, confinement, where outputs are judged
 #   gpu-demos ~9 the two 16-evaluation demonstrations: publish's recomputed tuner patch, the LLM programmer
+#   heuristics ~7: `kernelpro optimize` (tuner) on Liger's and FlashInfer's rms_norm launchers as published:
+#                  the computed heuristics are the knobs (issue 19 point 3)
 #   corpus-a corpus-b corpus-c  ~7 each: benchmarks/corpus.py, issue 5's sweep table (benchmarks/README.md)
 #   e2e ~5: one `kernelpro optimize` of Liger swiglu, its profiles' seconds (the baseline's first)
 #   corpus-d ~2: the FlashInfer rms_norm row; profile-rest ~4: Stage 1/2 and profiling cost of the
@@ -76,6 +78,8 @@ step() {  # one step; its files under $base/$1
     kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
     gpu-files) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu_dtypes.py" "$repo/tests/test_gpu_confinement.py" "$repo/tests/test_judge_device.py" ;;
+    heuristics) KERNELPRO_ARTIFACTS="$out" timeout 560 python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s --durations=0 \
+                  "$repo/tests/test_knobs_heuristics.py" ;;
     gpu-demos) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu_publish.py" "$repo/tests/test_llm_cli.py" ;;
     nvml) KERNELPRO_ARTIFACTS="$out" timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -q -rA \

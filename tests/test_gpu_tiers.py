@@ -31,9 +31,9 @@ def test_the_four_tiers_hold_every_gpu_test_once() -> None:
 
 
 def test_every_other_file_with_gpu_tests_is_in_the_gpu_files_step() -> None:
-    """A GPU test outside tests/test_gpu.py runs only if the gpu-files or gpu-demos step names its file."""
+    """A GPU test outside tests/test_gpu.py runs only if the gpu-files, gpu-demos or heuristics step names its file."""
     script = (ROOT / "benchmarks" / "h200.sh").read_text()
-    steps = [script.split(f"{name})", 1)[1].split(";;", 1)[0] for name in ("gpu-files", "gpu-demos")]
+    steps = [script.split(f"{name})", 1)[1].split(";;", 1)[0] for name in ("gpu-files", "gpu-demos", "heuristics")]
     named = {f for step in steps for f in re.findall(r"tests/(test_\w+\.py)", step)}
     marked = {p.name for p in (ROOT / "tests").glob("test_*.py")
               if p.name != "test_gpu.py" and re.search(r"pytest\.mark\.gpu\b", p.read_text())}

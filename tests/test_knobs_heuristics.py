@@ -305,7 +305,7 @@ def test_optimize_tunes_upstream_heuristics_on_the_gpu(name: str, tmp_path: Path
     config = {"version": 1, "targets": [{
         "name": name, "files": [fixture, "kp_entry.py"], "language": "triton", "entry_point": "kp_entry.py::run",
         "definition": f"definitions/{name}.json", "workloads": [{"M": 4096}],
-        "budget": {"evaluations": 10, "minutes": 4, "timeout_s": 120}}]}  # fmt: skip
+        "budget": {"evaluations": 10, "minutes": 3, "timeout_s": 120}}]}  # fmt: skip
     (top / ".kernelpro.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     (top / fixture).write_text(upstream(fixture))
     (top / "kp_entry.py").write_text(wrapper)
