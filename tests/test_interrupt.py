@@ -242,7 +242,7 @@ def test_an_interrupted_optimize_says_where_its_journal_is_and_leaves_nothing(tm
     assert len(r.git.worktree("list").splitlines()) == 1  # the run's checkouts of base and head are gone
 
 
-def test_a_signal_ends_an_ncu_standby_and_removes_its_folder(fake_ncu: Path, tmp_path: Path,
+def test_a_signal_ends_an_ncu_standby_and_removes_its_folder(fake_ncu: Path, tmp_path: Path,  # noqa: F811
                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """In process, as `kernelpro optimize` runs it: the standby's ncu child (here a fake ncu that
     starts the harness) is started from a thread of its own, and its folder by mkdtemp."""
