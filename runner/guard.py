@@ -116,6 +116,13 @@ def satisfies(definition: Definition, axes: Mapping[str, int]) -> bool:
     return True
 
 
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _smaller(v: int) -> int | None:
     """The largest power of two below v."""
     return 1 << ((v - 1).bit_length() - 1) if v > 1 else None
@@ -154,8 +161,8 @@ def derive(definition: Definition, workloads: Sequence[Workload], cap_bytes: flo
         elif not satisfies(definition, axes):
             notes.append(f"{shown} ({why}): not checked, it breaks the definition's constraints")
         elif (nbytes := estimate_bytes(definition, axes)) > cap_bytes:
-            notes.append(f"{shown} ({why}): not checked, {nbytes / 2**20:.1f} MiB of inputs and outputs is over "
-                         f"the {cap_bytes / 2**20:.1f} MiB cap")  # fmt: skip
+            notes.append(f"{shown} ({why}): not checked, {_size(nbytes)} of inputs and outputs is over "
+                         f"the {_size(cap_bytes)} cap")  # fmt: skip
         else:
             uid = "guard-" + hashlib.sha1(json.dumps([definition.name, key]).encode()).hexdigest()[:12]
             shapes.append(GuardShape(Workload(dict(axes), dict(base.inputs), uid), why, nbytes))
