@@ -10,6 +10,7 @@ folder, where every kernelpro-cand-* folder (which holds reference outputs) woul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,20 +133,33 @@ def _with_mark(mark: str) -> list[str]:
     return found
 
 
-def interrupt(tmp_path: Path, args: list[str], sig: int, started: str) -> tuple[dict, str, Path]:
+def _below(pid: int, word: str) -> bool:
+    """Whether a process below ``pid`` has ``word`` in its command line."""
+    from kernelpro.runner.reaper import descendants
+
+    for q in descendants(pid):
+        with contextlib.suppress(OSError):
+            if word in Path(f"/proc/{q}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                return True
+    return False
+
+
+def interrupt(tmp_path: Path, args: list[str], sig: int, started: str | Callable[[int], bool],
+              env: dict[str, str] | None = None) -> tuple[dict, str, Path]:  # fmt: skip
     """Run `kernelpro ARGS` with TMPDIR in the test's folder; once a file named ``started`` appears
-    under it, send ``sig`` to the command. Returns the watcher's report, the command's stderr and
-    the TMPDIR."""
+    under it (or ``started(pid)`` is true), send ``sig`` to the command. Returns the watcher's
+    report, the command's stderr and the TMPDIR."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp), "KERNELPRO_DEVICE": "cpu"}
+    env = {**os.environ, "TMPDIR": str(tmp), "KERNELPRO_DEVICE": "cpu", **(env or {})}
     w = subprocess.Popen([sys.executable, "-c", WATCHER, sys.executable, "-m", "kernelpro.cli", *args],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=tmp_path)  # fmt: skip
     try:
         assert w.stdout is not None
         pid = int(w.stdout.readline())
         end = time.monotonic() + 240
-        while not list(tmp.rglob(started)):
+        ready = (lambda: bool(list(tmp.rglob(started)))) if isinstance(started, str) else (lambda: started(pid))
+        while not ready():
             assert time.monotonic() < end and w.poll() is None, f"the command never got going: {w.stderr.read() if w.stderr else ''}"
             time.sleep(0.2)
         time.sleep(0.5)
@@ -269,3 +284,36 @@ def test_a_signal_ends_an_ncu_standby_and_removes_its_folder(fake_ncu: Path, tmp
     assert set(reaper.descendants(os.getpid())) - before == set()
     assert list(tmp.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the caller's handlers are back
+
+
+# --------------------------------------------------------------------------- on the GPU (ncu, standby, energy)
+
+_GPU = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs an NVIDIA GPU (run on the GPU machine)")
+
+
+@pytest.mark.gpu
+@_GPU
+def test_sigint_during_the_demo_ends_ncu_and_its_standby(tmp_path: Path) -> None:
+    """Signalled once an ncu child (a profile, or the standby of the next one) runs."""
+    args = ["demo", "--out", str(tmp_path / "demo"), "--budget", "8", "--allow-unconfined"]
+    report, err, tmp = interrupt(tmp_path, args, signal.SIGINT, lambda pid: _below(pid, "ncu"),
+                                 {"KERNELPRO_DEVICE": "cuda"})  # fmt: skip
+    assert report["left"] == [], report["left"]
+    assert report["rc"] == 130 and "demo interrupted by SIGINT" in err, err
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.gpu
+@_GPU
+def test_sigterm_during_the_energy_arms_ends_them(tmp_path: Path) -> None:
+    """Signalled once an energy arm (a child in a kernelpro-energy-* folder) runs, after the gate."""
+    from kernelpro.cli import make_demo_repo
+
+    repo = make_demo_repo(tmp_path / "repo")
+    args = ["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out"),
+            "--budget", "8", "--energy", "passive", "--allow-unconfined"]  # fmt: skip
+    report, err, tmp = interrupt(tmp_path, args, signal.SIGTERM, lambda pid: _below(pid, "kernelpro-energy-"),
+                                 {"KERNELPRO_DEVICE": "cuda"})  # fmt: skip
+    assert report["left"] == [], report["left"]
+    assert report["rc"] == 143 and "optimize interrupted by SIGTERM" in err, err
+    assert list(tmp.iterdir()) == []
