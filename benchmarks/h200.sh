@@ -11,6 +11,8 @@
 #   energy       ~6: issue 7 part (d): the Swish pair chosen by optimize in passive and active mode
 #   t1 t2 t3 t4  ~5 each: the GPU test tier (pytest -m gpu), every test of tests/test_gpu.py in one of them
 #   gpu-files ~3 the GPU tests outside tests/test_gpu.py: dtypes, confinement, where outputs are judged
+#   interrupt ~4: issue 22's no orphans on the GPU: SIGINT while ncu or its standby runs in the demo,
+#                 SIGTERM during energy arms (tests/test_interrupt.py): no process, no folder left
 #   gpu-demos ~9 the two 16-evaluation demonstrations: publish's recomputed tuner patch, the LLM programmer
 #   heuristics ~7: `kernelpro optimize` (tuner) on Liger's and FlashInfer's rms_norm launchers as published:
 #                  the computed heuristics are the knobs (issue 19 point 3)
@@ -78,6 +80,7 @@ step() {  # one step; its files under $base/$1
     kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
     gpu-files) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu_dtypes.py" "$repo/tests/test_gpu_confinement.py" "$repo/tests/test_judge_device.py" ;;
+    interrupt) timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 "$repo/tests/test_interrupt.py" ;;
     heuristics) KERNELPRO_ARTIFACTS="$out" timeout 560 python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s --durations=0 \
                   "$repo/tests/test_knobs_heuristics.py" ;;
     gpu-demos) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
