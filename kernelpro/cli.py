@@ -694,9 +694,10 @@ def _interrupted(args: argparse.Namespace, signum: int) -> int:
         where = (f"evaluate keeps no journal: the trace lines of the evaluations that finished are in {out}; "
                  "rerun the command to evaluate again")  # fmt: skip
     elif hasattr(args, "allow_unconfined"):
-        journals = sorted(str(j) for j in out.glob("*/journal.jsonl")) or [str(out / "TARGET" / "journal.jsonl")]
-        where = (f"the evaluations that finished are in the journal ({', '.join(journals)}); rerun the same command "
-                 f"with the same --out to resume from it")  # fmt: skip
+        journals = sorted(str(j) for j in out.glob("*/journal.jsonl") if j.stat().st_size)
+        where = (f"the evaluations that finished are in the journal ({', '.join(journals)})" if journals else
+                 f"no evaluation had finished (each target's journal is {out / 'TARGET' / 'journal.jsonl'})")
+        where += "; rerun the same command with the same --out to resume"
     else:
         where = "rerun the command"
     ended = "every process it started was ended and its temporary files removed; " if hasattr(args, "allow_unconfined") else ""
