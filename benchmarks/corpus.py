@@ -738,7 +738,19 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
     params = winner.get("params", {})
     point = point_of(kernel, params, swept_only=True) if winner else None
     best_search = max((c["best_speedup"] for c in res.get("curve", [])), default=None)
+    # Issue 22: seconds per evaluation (each sandboxed child's wall time) and how each child started
+    # (forked from the target's warm server, the plain fork server, or a fresh interpreter, and why).
+    journal = keep / "journal.jsonl"
+    outcomes = [d["outcome"] for x in (journal.read_text().splitlines() if journal.exists() else ())
+                if x.strip() and isinstance(d := json.loads(x), dict) and isinstance(d.get("outcome"), dict)]  # fmt: skip
+    eval_s = [float(o["wall_seconds"]) for o in outcomes if o.get("wall_seconds")]
+    spawns: dict[str, int] = {}
+    for o in outcomes:
+        how = str(((o.get("environment") or {}).get("sandbox") or {}).get("spawn", "fresh interpreter"))
+        spawns[how] = spawns.get(how, 0) + 1
     return {"rc": rc, "wall_s": round(wall, 1), "evaluations": res.get("evaluations"),
+            "eval_s_median": round(statistics.median(eval_s), 2) if eval_s else None,
+            "candidates_per_min": round(60 * len(eval_s) / wall, 1) if eval_s and wall else None, "spawn": spawns,
             "stop_reason": res.get("stop_reason"), "best_search_speedup": best_search, "profile_s": profile_s,
             "winner_speedup": winner.get("speedup"), "winner_config": kernel.key(point) if point else None,
             "winner_unswept": unswept(kernel, params), "winner_params": params or None,
@@ -877,6 +889,12 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
                   f"{_fmt(e.get('best_search_speedup'), '.2f')} | {_fmt(e.get('winner_speedup'), '.2f')} | "
                   f"{config} | {_fmt(predicted, '.2f')} | {e.get('stop_reason')} | "
                   f"{', '.join(f'{x:g}' for x in e.get('profile_s') or []) or 'none'} |")  # fmt: skip
+        print("\n| kernel | s per evaluation (median) | evaluations per minute | how the children started |")
+        print("|---|---|---|---|")
+        for row in e2es:
+            e = row["e2e"]
+            spawns = "; ".join(f"{n}x {how}" for how, n in (e.get("spawn") or {}).items())
+            print(f"| {row['kernel']} | {e.get('eval_s_median')} | {e.get('candidates_per_min')} | {spawns} |")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -390,10 +390,6 @@ def server(env: Mapping[str, str], cwd: Path, isolate: bool) -> ForkServer | Non
 
 # --------------------------------------------------------------------------- a target's warm server
 
-WARM_WAIT_S = 300.0
-"""How long a child waits for the warm server's preload before it goes without (Liger's is ~12 s)."""
-
-
 @dataclass(frozen=True)
 class Warm:
     """The warm server of one target (issue 22): the fork server that has also imported the target's
@@ -434,9 +430,9 @@ def warm_server(tree: Collection[str], cwd: Path, isolate: bool) -> tuple[ForkSe
     w = _WARM[-1] if _WARM else None
     if w is None:
         return None, ""
-    ready = w.server.wait_ready(WARM_WAIT_S)
+    ready = w.server.ready  # never waited for: until it is, a child imports for itself, as without it
     if ready is None:
-        return None, f"the warm server of target {w.label} had not finished its preload in {WARM_WAIT_S:.0f} s"
+        return None, f"the warm server of target {w.label} had not finished its preload yet"
     if ready.get("cuda"):
         return None, (f"preloading {', '.join(ready['preloaded'])} initialised CUDA ({ready['cuda']}), and a "
                       "forked CUDA context is unusable")  # fmt: skip

@@ -101,6 +101,8 @@ def test_the_tiny_cpu_run_sweeps_autotunes_replays_and_runs_kernelpro(
     assert searches[("pr", "mcts")]["trail"][0] == "BLOCK=16"
     e = row["e2e"]
     assert e["rc"] == 0 and e["evaluations"] == 2 and e["profile_s"] == []  # no profiling without a GPU
+    # Issue 22's table: seconds per evaluation and how each of the two children started.
+    assert e["eval_s_median"] > 0 and sum(e["spawn"].values()) == 2, e
     assert (tmp_path / "out" / "e2e-tiny_scale" / "report.md").exists()
     text = capsys.readouterr().out
     assert "| tiny_scale | pr |" in text and "### End to end" in text

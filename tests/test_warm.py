@@ -10,8 +10,10 @@ record holds the server's imports only.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,3 +191,54 @@ def test_a_cooled_warm_server_is_gone_and_children_fork_from_the_plain_one(tmp_p
     assert not forkserver._WARM and not server.alive()
     o = _evaluate(t, repo, t.solution(repo), tmp_path)
     assert o.passed and o.environment["sandbox"]["spawn"] == "forked from the fork server"
+
+
+TRITON_KERNEL = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def run(x):
+    y = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y
+'''
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_triton_target_forks_from_its_warm_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """H200: importing torch, triton and triton.language leaves CUDA alone, so candidates fork warm
+    and verify on the GPU; liger_kernel's import (where installed) says which path it takes."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
+    t, repo, _ = _setup(tmp_path, monkeypatch, TRITON_KERNEL)
+    sol = t.solution(repo)
+    plan = preload.start(t.name, sol, t.context(repo), "cuda", blocked=(str(repo),))
+    assert plan.modules == ("torch", "triton", "triton.language"), plan
+    ready = forkserver._WARM[-1].server.wait_ready(300)
+    assert ready is not None and ready["cuda"] is None and not ready["failed"], ready
+    es = EvalSettings(device="cuda", trials=1, timeout_s=120, cache_dir=tmp_path / "cache", context=t.context(repo))
+    outcomes = [evaluate(t.definition, sol, t.workloads, t.tolerance, es) for _ in range(2)]
+    for o in outcomes:
+        assert o.passed, o.log
+        assert o.environment["sandbox"]["spawn"].startswith("forked from the warm server of target k"), o.environment
+    print("warm build s:", [o.build_seconds for o in outcomes], "phases:", [dict(o.phases) for o in outcomes])
+    if importlib.util.find_spec("liger_kernel") is not None:
+        wrapper = "import torch\nfrom liger_kernel.ops.swiglu import LigerSiLUMulFunction\n\ndef run(x):\n    return x * 2\n"
+        t2, repo2, _ = _setup(tmp_path / "liger", monkeypatch, wrapper)
+        sol2 = t2.solution(repo2)
+        assert "liger_kernel.ops.swiglu" in preload.start(t2.name, sol2, t2.context(repo2), "cuda").modules
+        ready = forkserver._WARM[-1].server.wait_ready(300)
+        assert ready is not None and not ready["failed"], ready
+        o = evaluate(t2.definition, sol2, t2.workloads, t2.tolerance, replace(es, cache_dir=tmp_path / "c2",
+                                                                              context=t2.context(repo2)))  # fmt: skip
+        assert o.passed, o.log
+        print("liger_kernel:", o.environment["sandbox"]["spawn"], "build s:", o.build_seconds, "preload:", ready)
