@@ -60,6 +60,20 @@ def test_journal_has_one_line_per_evaluation(demo: tuple[Path, Path]) -> None:
     assert all(x["candidate"]["parent"] for x in lines[1:])
 
 
+def test_the_search_forks_from_the_targets_warm_server_and_none_outlives_the_run(demo: tuple[Path, Path]) -> None:
+    """Issue 22: once the reference is in memory the loop starts the target's warm server (torch and
+    Triton imported once); a child started before its preload is done says so; none is left after."""
+    from kernelpro.runner import forkserver
+
+    _, out = demo
+    lines = [json.loads(x) for x in (out / "swiglu" / "journal.jsonl").read_text().splitlines()]
+    spawns = [x["outcome"]["environment"]["sandbox"].get("spawn", "") for x in lines]
+    warm = "forked from the warm server of target swiglu (preloaded: torch, triton, triton.language)"
+    assert warm in spawns, spawns
+    assert all(s == warm or "not the warm one: the warm server of target swiglu had not finished" in s for s in spawns), spawns
+    assert not forkserver._WARM
+
+
 def test_winner_is_verified_and_its_patch_applies(demo: tuple[Path, Path], tmp_path: Path) -> None:
     repo, out = demo
     result = json.loads((out / "swiglu" / "result.json").read_text())
