@@ -423,6 +423,11 @@ def cool() -> None:
             _WARM.pop().server.close()
 
 
+def warm_running() -> bool:
+    """Whether a target's warm server was started and not stopped yet."""
+    return bool(_WARM)
+
+
 def warm_server(tree: Collection[str], cwd: Path, isolate: bool) -> tuple[ForkServer | None, str]:
     """The warm server for a child whose candidate defines the top-level names ``tree``, and how the
     report says the child was started; (None, why not) where one runs but cannot serve this child,

@@ -300,16 +300,16 @@ def _warm_server(request: Mapping[str, Any], work: Path, isolate: bool) -> tuple
     """The target's warm server (runner/forkserver.py) for a candidate's child, and how the report
     says it started; never for the reference (computed from the plain server, or before a warm one
     runs), nor for a candidate whose own packages the warm server imported (runner/preload.py)."""
-    from .forkserver import warm_server
+    from .forkserver import warm_running, warm_server
     from .preload import tree_names
     from .trace import Solution, SourceFile
 
-    if request.get("mode") == "reference" or not isinstance(request.get("solution"), dict):
+    if not warm_running() or request.get("mode") == "reference" or not isinstance(request.get("solution"), dict):
         return None, ""
     try:
         solution = Solution.from_json(request["solution"])
         context = [SourceFile(str(f["path"]), str(f["content"])) for f in request.get("context") or ()]
-    except (KeyError, TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - a request this cannot read is served as without a warm server
         return None, ""
     return warm_server(tree_names(solution, context), work, isolate)
 
