@@ -193,6 +193,13 @@ def test_a_cooled_warm_server_is_gone_and_children_fork_from_the_plain_one(tmp_p
     assert o.passed and o.environment["sandbox"]["spawn"] == "forked from the fork server"
 
 
+def test_the_benchmarks_before_row_starts_no_warm_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    monkeypatch.setenv("KERNELPRO_WARM_SERVER", "0")
+    assert preload.start(t.name, t.solution(repo), t.context(repo), "cpu").modules == ("helperpkg",)
+    assert not forkserver.warm_running()
+
+
 TRITON_KERNEL = '''import torch
 import triton
 import triton.language as tl
