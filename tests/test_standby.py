@@ -96,7 +96,9 @@ def test_the_profilers_ncu_step_takes_the_standby(fake_ncu: Path) -> None:
 
 def test_an_expired_standby_gives_way_to_a_fresh_child(fake_ncu: Path) -> None:
     sb = NcuStandby(str(fake_ncu), [], timeout_s=60, wait_s=0.5)
-    time.sleep(4.0)
+    # It gives up 0.5 s after its child is up; how long the start takes depends on the machine's
+    # load (a fixed 4 s sleep failed at load 8 on 2 cores), so wait for the thread itself.
+    sb._thread.join(timeout=60)
     stages: dict[str, float] = {}
     try:
         assert not sb._thread.is_alive()  # it gave up waiting and left a result saying so
