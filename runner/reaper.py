@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import procstat
+
 PR_SET_CHILD_SUBREAPER = 36
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _STOPPING = threading.Event()
@@ -96,16 +98,9 @@ def exit_code(e: BaseException) -> int:
 def _table() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, state) of every process this one can see."""
     out: dict[int, tuple[int, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            out[int(entry)] = (int(fields[1]), fields[0])
-        except (OSError, ValueError, IndexError):
-            continue
+    for pid, fields in procstat.stats():
+        with contextlib.suppress(ValueError, IndexError):
+            out[pid] = (int(fields[1]), fields[0])
     return out
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import confinement, reaper
+from . import confinement, procstat, reaper
 
 # Variables a CUDA/Triton process needs; nothing else crosses into the candidate's process.
 _ALLOWED = (
@@ -383,17 +383,10 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 def _group_rss_mb(pgid: int) -> float:
     total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+    for _, fields in procstat.stats():
+        with contextlib.suppress(ValueError, IndexError):
             if int(fields[2]) == pgid:
                 total += int(fields[21]) * _PAGE  # rss, in pages
-        except (OSError, ValueError, IndexError):
-            continue
     return total / 2**20
 
 
