@@ -140,10 +140,11 @@ targets:
 """
 
 
-def _kernel_repo(tmp_path: Path, kernel: str) -> Path:
+def _kernel_repo(tmp_path: Path, kernel: str, config: str = ADD_CONFIG) -> Path:
+    """A repository of two commits: ``config`` as .kernelpro.yml, then ``kernel`` as k.py."""
     repo = git.Repo.init(tmp_path / "r", initial_branch="main")
     root = Path(repo.working_dir)
-    (root / ".kernelpro.yml").write_text(ADD_CONFIG)
+    (root / ".kernelpro.yml").write_text(config)
     repo.git.add(A=True)
     repo.index.commit("config")
     (root / "k.py").write_text(kernel)

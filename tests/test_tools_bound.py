@@ -18,8 +18,8 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-import git
 import pytest
+from test_optimize import _kernel_repo
 
 from kernelpro.cli import main
 from kernelpro.runner.profile import KernelProfile, Profile, Timeline, Work
@@ -281,14 +281,7 @@ targets:
 def _report(tmp_path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
-    repo = git.Repo.init(tmp_path / "r", initial_branch="main")
-    root = Path(repo.working_dir)
-    (root / ".kernelpro.yml").write_text(ADD_CONFIG)
-    repo.git.add(A=True)
-    repo.index.commit("config")
-    (root / "k.py").write_text(kernel)
-    repo.git.add(A=True)
-    repo.index.commit("kernel")
+    root = _kernel_repo(tmp_path, kernel, ADD_CONFIG)
     out = tmp_path / "out"
     assert main(["optimize", "--repo", str(root), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out)]) == 0
     assert json.loads((out / "add" / "result.json").read_text())["evaluations"] == 1
