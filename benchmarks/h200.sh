@@ -81,7 +81,8 @@ step() {  # one step; its files under $base/$1
     order-dyt) timeout 300 python3 "$repo/benchmarks/order.py" --rounds 2 --only liger-dyt-autotune --out "$out" ;;
     kernelbench) timeout 540 python3 "$repo/benchmarks/kernelbench.py" --scale 64 --budget 6 --search greedy --out "$out" ;;
     gpu-files) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
-                 "$repo/tests/test_gpu_dtypes.py" "$repo/tests/test_gpu_confinement.py" "$repo/tests/test_judge_device.py" ;;
+                 "$repo/tests/test_gpu_dtypes.py" "$repo/tests/test_gpu_confinement.py" "$repo/tests/test_judge_device.py" \
+                 "$repo/tests/test_import_fidelity.py" ;;
     gpu-runs) KERNELPRO_ARTIFACTS="$out" timeout 560 python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s --durations=0 \
                  "$repo/tests/test_guard.py" "$repo/tests/test_import_fidelity.py" "$repo/tests/test_warm.py" ;;
     interrupt) timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 "$repo/tests/test_interrupt.py" ;;
