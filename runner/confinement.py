@@ -407,7 +407,7 @@ def run_tool(argv: Sequence[str], read: Sequence[str | os.PathLike[str]], timeou
     only where Landlock is missing (the operator opted in, or no candidate could have run)."""
     import tempfile
 
-    from .sandbox import scrubbed_env
+    from .environment import scrubbed_env
 
     if shutil.which(argv[0]) is None:  # as subprocess would say it, not as the supervisor's exit code
         raise FileNotFoundError(2, "No such file or directory", argv[0])

@@ -624,7 +624,7 @@ class ChildRunner:
 
     def __init__(self, requests: Mapping[str, Mapping[str, Any]], timeout_s: float = 300.0) -> None:
         from . import confinement
-        from .sandbox import child_variables, scrubbed_env
+        from .environment import child_variables, scrubbed_env
 
         self._procs: dict[str, subprocess.Popen[str]] = {}
         self._graph: dict[str, bool] = {}

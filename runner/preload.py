@@ -119,8 +119,8 @@ def start(label: str, solution: Solution, context: Sequence[SourceFile], device:
     import is then defined as in the child), refusing any module under ``blocked`` (the pull request's
     checkout). Call it only once the trusted reference outputs are in memory. ``KERNELPRO_WARM_SERVER=0``
     starts none (every child forks from the plain server): the "before" row of benchmarks/corpus.py."""
+    from .environment import child_variables, scrubbed_env
     from .forkserver import warm
-    from .sandbox import child_variables, scrubbed_env
 
     todo = plan(solution, context)
     if os.environ.get("KERNELPRO_WARM_SERVER", "1") == "0":
