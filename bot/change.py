@@ -18,7 +18,7 @@ import yaml
 from gitdb.exc import BadName, BadObject
 
 from kernelpro.csource import masked
-from kernelpro.pysource import import_aliases
+from kernelpro.pysource import import_aliases, triton_decorator
 
 __all__ = [
     "CUDA_SUFFIXES",
@@ -188,44 +188,6 @@ def _kernels_with_source(path: str, text: str) -> list[tuple[Kernel, str]]:
 
 # ---- Triton
 
-# Fully qualified names of the decorators that make a function a Triton (or Gluon) kernel.
-_TRITON_JIT = frozenset(
-    {
-        "triton.jit",
-        "triton.runtime.jit",
-        "triton.runtime.jit.jit",
-        "triton.experimental.gluon.jit",
-    }
-)
-
-
-def _dotted(node: ast.expr) -> list[str] | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return parts[::-1]
-
-
-def _is_triton_jit(decorator: ast.expr, aliases: dict[str, str]) -> bool:
-    if isinstance(decorator, ast.Call):  # @triton.jit(do_not_specialize=...)
-        decorator = decorator.func
-    parts = _dotted(decorator)
-    if parts is None:
-        return False
-    head = parts[0]
-    if head in aliases:
-        qualified = ".".join([aliases[head], *parts[1:]])
-    elif head == "triton":  # used without a visible import (star import, injected global)
-        qualified = ".".join(parts)
-    else:
-        return False
-    return qualified in _TRITON_JIT
-
-
 def _triton_kernels(path: str, text: str) -> list[tuple[Kernel, str]]:
     if "jit" not in text:
         return []
@@ -238,7 +200,7 @@ def _triton_kernels(path: str, text: str) -> list[tuple[Kernel, str]]:
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        if any(_is_triton_jit(d, aliases) for d in node.decorator_list):
+        if any(triton_decorator(d, aliases) == "jit" for d in node.decorator_list):
             # The decorators are part of the kernel: an autotune config change is a change.
             # ast.dump leaves out comments, formatting and positions.
             found.append((Kernel(path, node.name, "triton", node.lineno), ast.dump(node)))

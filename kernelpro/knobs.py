@@ -59,6 +59,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from .pysource import import_aliases, triton_decorator
+
 __all__ = [
     "DEFAULT_NUM_STAGES",
     "DEFAULT_NUM_WARPS",
@@ -290,10 +292,12 @@ def _store_names(node: ast.AST) -> Iterator[str]:
 class _Collector(ast.NodeVisitor):
     """One pass over the module: scopes with their bindings, kernels, and launch calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, aliases: dict[str, str]) -> None:
+        self.aliases = aliases  # the module's imports: which decorators are Triton's
         self.module = _Scope("module", _MODULE, None)
         self.scope = self.module
         self.kernels: dict[str, _Kernel] = {}
+        self.plain: set[str] = set()  # functions defined here that no Triton decorator makes a kernel
         self.launches: list[tuple[ast.Call, _Scope]] = []
 
     # -- bindings ---------------------------------------------------------------------------
@@ -442,8 +446,9 @@ class _Collector(ast.NodeVisitor):
     # -- kernels and launches ---------------------------------------------------------------
 
     def _note_kernel(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        tails = [_dotted_tail(d) for d in node.decorator_list]
+        tails = [triton_decorator(d, self.aliases) for d in node.decorator_list]
         if "jit" not in tails and "autotune" not in tails:
+            self.plain.add(node.name)
             return
         kernel = self.kernels.setdefault(node.name, _Kernel())
         kernel.jit = kernel.jit or "jit" in tails
@@ -476,13 +481,14 @@ def _walk_own_scope(nodes: Sequence[ast.AST]) -> Iterator[ast.AST]:
 
 def _mark_wrapped_kernels(tree: ast.Module, kernels: dict[str, _Kernel]) -> None:
     """``k = triton.autotune(configs=...)(triton.jit(f))`` autotunes ``k`` without a decorator."""
+    aliases = import_aliases(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
             continue
         tails: list[str | None] = []
         inner: ast.expr = node.value
         while isinstance(inner, ast.Call):
-            tails.append(_dotted_tail(inner.func))
+            tails.append(triton_decorator(inner.func, aliases))
             inner = inner.args[0] if inner.args else inner.func
         if "autotune" not in tails and "jit" not in tails:
             continue
@@ -724,11 +730,12 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                      notes: list[str]) -> None:  # fmt: skip
     """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
     lists a config comprehension iterates) and of ``@triton.heuristics`` values (scaled in place)."""
+    aliases = import_aliases(tree)
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         for deco in fn.decorator_list:
-            tail = _dotted_tail(deco)
+            tail = triton_decorator(deco, aliases)
             if not isinstance(deco, ast.Call) or tail not in ("autotune", "heuristics"):
                 continue
             named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
@@ -796,7 +803,7 @@ def _scan(source: str) -> list[tuple[Knob, _Site]]:
 def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
     """The knobs of ``source`` and, for each launch value that is not one, why."""
     tree = ast.parse(source)
-    collector = _Collector()
+    collector = _Collector(import_aliases(tree))
     collector.visit(tree)
     _mark_wrapped_kernels(tree, collector.kernels)
     text = _Text(source)
@@ -821,6 +828,8 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
         kernel_name = _dotted_tail(call.func.value)
         kernel = collector.kernels.get(kernel_name) if kernel_name else None
         if kernel is not None and kernel.autotuned:
+            continue
+        if kernel is None and kernel_name in collector.plain:  # defined here, and not Triton's (@numba.jit)
             continue
         if not _looks_like_launch(call, kernel):
             continue
