@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             (run_dir / "journal.jsonl").unlink()  # a resumed run would measure nothing
         t0 = time.perf_counter()
         optimize(target, repo, run_dir, programmer,
-                 RunSettings(search=args.search, budget=args.budget, evaluation=EvalSettings(device=device)))  # fmt: skip
+                 RunSettings(search=args.search, budget=args.budget, evaluation=EvalSettings(device=device,
+                                                                                     warm_server=settings.warm_server)))  # fmt: skip
         data = analyze(run_dir, time.perf_counter() - t0, programmer)
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(data, indent=2) + "\n")

@@ -287,7 +287,8 @@ def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings
                     base_solution = target.solution(co.base, name=f"{target.name}-base-branch")
                 except (OSError, ValueError):
                     base_solution = None
-            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device, cuda_graphs=cuda_graphs),
+            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device, cuda_graphs=cuda_graphs,
+                                                                                 warm_server=settings.warm_server),
                              feedback=feedback,
                              tool_mode=tool_mode, extra_tools=extra_tools, memory=memory,
                              per_step=candidates or RunSettings.per_step, energy=energy_mode)  # fmt: skip

@@ -54,6 +54,9 @@ class Settings:
     --allow-unconfined flag): the operator's explicit acceptance that PR code then has the runner user's rights."""
     llm_max_tokens: int | None = None
     """Output budget of the llm programmer's first request (KERNELPRO_LLM_MAX_TOKENS); None: its default."""
+    warm_server: bool = True
+    """Fork a target's candidates from a warm server that preloaded its imports (KERNELPRO_WARM_SERVER=0:
+    never; the "before" row of benchmarks/corpus.py)."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -81,6 +84,7 @@ class Settings:
             gpus=e.get("KERNELPRO_GPUS", "auto"),
             allow_unconfined=e.get("KERNELPRO_ALLOW_UNCONFINED", "").strip().lower() in ("1", "true", "yes"),
             llm_max_tokens=_positive(e, "KERNELPRO_LLM_MAX_TOKENS"),
+            warm_server=e.get("KERNELPRO_WARM_SERVER", "1") != "0",
         )
 
     def resolved_device(self) -> str:

@@ -192,6 +192,9 @@ class EvalSettings:
     as unshare would confine a fresh one (a fresh interpreter where it cannot be): on the H200 a full
     Triton evaluation took 2.11 s forked against 5.75 s with a fresh interpreter, of which start-up
     was 3.5 s (benchmarks/results-h200-evaluator-*session4*)."""
+    warm_server: bool = True
+    """With ``fork_server``: a search forks its candidates from the target's warm server, which has also
+    imported the target's third-party modules (runner/preload.py)."""
     judge_during: bool = True
     """Judge each saved output while the child goes on (never while it times), not all after it."""
     judge_on: str = "auto"

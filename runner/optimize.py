@@ -417,7 +417,7 @@ def _optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pr
 
     refill()
     # The target's warm fork server (runner/preload.py), like a standby only once the reference is in memory.
-    if es.fork_server and schedule is None and (standbys or reference_ready(target.definition, baseline_cand.solution,
+    if es.fork_server and es.warm_server and schedule is None and (standbys or reference_ready(target.definition, baseline_cand.solution,
                                                                             workloads, target.tolerance, es)):  # fmt: skip
         start_warm(target.name, baseline_cand.solution, es.context, device, blocked=(str(head_checkout),))
     baseline = record(baseline_cand, run_eval(baseline_cand))

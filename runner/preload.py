@@ -13,7 +13,6 @@ tree, never run.
 from __future__ import annotations
 
 import ast
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -117,14 +116,12 @@ def start(label: str, solution: Solution, context: Sequence[SourceFile], device:
     """Start the warm server of a target (runner/forkserver.py) for candidates of ``solution``: with the
     scrubbed environment and the variables every child of ``device`` gets (a Triton kernel defined at
     import is then defined as in the child), refusing any module under ``blocked`` (the pull request's
-    checkout). Call it only once the trusted reference outputs are in memory. ``KERNELPRO_WARM_SERVER=0``
-    starts none (every child forks from the plain server): the "before" row of benchmarks/corpus.py."""
+    checkout). Call it only once the trusted reference outputs are in memory; a search whose settings
+    say ``warm_server=False`` (KERNELPRO_WARM_SERVER=0, the "before" row of benchmarks/corpus.py) never calls it."""
     from .environment import child_variables, scrubbed_env
     from .forkserver import warm
 
     todo = plan(solution, context)
-    if os.environ.get("KERNELPRO_WARM_SERVER", "1") == "0":
-        return todo
     fixed = {k: v for k, v in child_variables(Path("/"), device, None).items() if k not in ("HOME", "TMPDIR")}
     warm(label, todo.modules, scrubbed_env(fixed), blocked)
     return todo

@@ -193,11 +193,29 @@ def test_a_cooled_warm_server_is_gone_and_children_fork_from_the_plain_one(tmp_p
     assert o.passed and o.environment["sandbox"]["spawn"] == "forked from the fork server"
 
 
-def test_the_benchmarks_before_row_starts_no_warm_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    t, repo, _ = _setup(tmp_path, monkeypatch)
-    monkeypatch.setenv("KERNELPRO_WARM_SERVER", "0")
-    assert preload.start(t.name, t.solution(repo), t.context(repo), "cpu").modules == ("helperpkg",)
-    assert not forkserver.warm_running()
+@pytest.mark.parametrize("switch", ["0", "1"])
+def test_the_benchmarks_before_row_starts_no_warm_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         switch: str) -> None:  # fmt: skip
+    """KERNELPRO_WARM_SERVER=0, read once into Settings and carried by EvalSettings: a search through
+    `kernelpro optimize` never starts the target's warm server (with it set to 1, it does)."""
+    from test_optimize import _kernel_repo
+
+    from kernelpro.cli import main
+    from kernelpro.runner import optimize as loop
+    from kernelpro.settings import Settings
+
+    assert Settings.from_env({"KERNELPRO_WARM_SERVER": switch}).warm_server is (switch == "1")
+    started: list[str] = []
+    real = loop.start_warm
+    monkeypatch.setattr(loop, "start_warm", lambda label, *a, **k: (started.append(label), real(label, *a, **k))[1])
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
+    monkeypatch.setenv("KERNELPRO_WARM_SERVER", switch)
+    root = _kernel_repo(tmp_path, "import torch\n\ndef add(a, b):\n    return a + b\n")
+    assert main(["optimize", "--repo", str(root), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "o"),
+                 "--budget", "1"]) == 0  # fmt: skip
+    assert started == ([] if switch == "0" else ["add"])
+    assert not forkserver.warm_running()  # and none outlives the run
 
 
 TRITON_KERNEL = '''import torch
