@@ -153,13 +153,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             cmd = confinement.command(cmd, rules)
         cmd = [*prefix, *cmd]
         reaper.check()
-        server, spawned = _warm_server(request, work, bool(prefix)) if forkable else (None, "")
-        if server is None and forkable:
-            not_warm = spawned
-            server = _fork_server(work, bool(prefix))
-            spawned = "forked from the fork server" if server is not None else ""
-            if not_warm:  # a warm server runs but could not serve this child: the report says why
-                spawned = f"{spawned} (not the warm one: {not_warm})" if server is not None else f"fresh interpreter: {not_warm}"
+        server, spawned = _server_for(request, work, bool(prefix)) if forkable else (None, "")
         t0, wall0 = time.perf_counter(), time.time()
         proc: Any = None
         if server is not None:
@@ -256,6 +250,20 @@ def _fork_server(work: Path, isolate: bool) -> Any:
     from .forkserver import server
 
     return server(scrubbed_env({"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}), work, isolate)
+
+
+def _server_for(request: Mapping[str, Any], work: Path, isolate: bool) -> tuple[Any, str]:
+    """The server a child forks from (the target's warm one, else the plain one; None: a fresh
+    interpreter) and how the report says the child started ('' where nothing needs saying)."""
+    server, spawned = _warm_server(request, work, isolate)
+    if server is not None:
+        return server, spawned
+    not_warm, server = spawned, _fork_server(work, isolate)
+    if not not_warm:  # no warm server runs
+        return server, "forked from the fork server" if server is not None else ""
+    # One runs but could not serve this child: the report says why.
+    return server, f"forked from the fork server (not the warm one: {not_warm})" if server is not None \
+        else f"fresh interpreter: {not_warm}"
 
 
 def _warm_server(request: Mapping[str, Any], work: Path, isolate: bool) -> tuple[Any, str]:
