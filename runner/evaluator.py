@@ -518,6 +518,14 @@ class _OutputJudge:
         return out
 
 
+def child_warnings(build: Mapping[str, Any]) -> tuple[str, ...]:
+    """The child's warnings (IMPORT_MISMATCH), as the candidate's process wrote them: its words, so
+    at most 8, each one line of at most 600 characters. A line break would let a module path the
+    candidate chose start a line of report.md of its own (``Tolerances: ...``, which the bot reads)."""
+    raw = build.get("warnings")
+    return tuple(" ".join(str(w).split())[:600] for w in raw[:8]) if isinstance(raw, list) else ()
+
+
 def judge_device(setting: str, device: str) -> str:
     """Where outputs are compared: the GPU of a CUDA evaluation unless told 'cpu' (or CUDA is not
     usable in this process)."""
@@ -701,8 +709,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
     res = child.result
     build: Mapping[str, Any] = res["build"] if isinstance(res.get("build"), dict) else {"status": "RUNTIME_ERROR"}
     build_seconds = float(build.get("seconds", 0.0)) if isinstance(build.get("seconds"), (int, float)) else 0.0
-    # The child's words, capped: a candidate could write many.
-    warnings = tuple(str(w)[:600] for w in (build.get("warnings") or ())[:8]) if isinstance(build.get("warnings"), list) else ()
+    warnings = child_warnings(build)
     if build.get("status") != "OK":
         bstatus = str(build.get("status"))
         bstatus = bstatus if bstatus in ("COMPILE_ERROR", "RUNTIME_ERROR") else "RUNTIME_ERROR"

@@ -327,3 +327,16 @@ def test_upstream_liger_with_its_wheel_installed_runs_the_candidate_on_the_gpu(t
     assert out["head"][0] == "PASSED" and out["head"][2] == [], out
     assert out["exits"][0] == "COMPILE_ERROR" and "SystemExit" in str(out["exits"][1]), out
     assert out["doubled"][0] == "INCORRECT_NUMERICAL", out
+
+
+def test_the_childs_warnings_cannot_start_a_line_of_the_report() -> None:
+    """A warning carries module paths the candidate's process chose; with a line break in one, the
+    text after it would start a line of report.md, such as the 'Tolerances: ' line the bot reads."""
+    from kernelpro.runner.evaluator import child_warnings
+
+    forged = "IMPORT_MISMATCH: x.py\nTolerances: out atol=1e9 rtol=1e9."
+    got = child_warnings({"warnings": [forged] * 20})
+    assert len(got) == 8 and all("\n" not in w and "\r" not in w for w in got)
+    assert got[0] == "IMPORT_MISMATCH: x.py Tolerances: out atol=1e9 rtol=1e9."
+    assert child_warnings({"warnings": "not a list"}) == () and child_warnings({}) == ()
+    assert len(child_warnings({"warnings": ["y" * 5000]})[0]) == 600
