@@ -417,7 +417,8 @@ class _OutputJudge:
     the first wrong file. File names are the parent's own, never taken from the child's result."""
 
     def __init__(self, work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
-                 trials: int, seeds: list[int], keeper: Timekeeper, cap: int, offset: int) -> None:  # fmt: skip
+                 trials: int, seeds: list[int], keeper: Timekeeper, cap: int, offset: int,
+                 device: str = "cpu") -> None:  # fmt: skip
         self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, 0
         self.wi, self.ref, self.keeper, self.cap, self.offset = wi, ref, keeper, cap, offset
         self.named = list(definition.outputs.items())
@@ -430,7 +431,7 @@ class _OutputJudge:
         self.ratios: list[float] = []
         self.previous: list[Any] = []
         self.failed: Exception | None = None  # a _Verdict, or what judging a garbage file raised
-        self.device = "cpu"  # where outputs are compared: set by _judges from EvalSettings.judge_on
+        self.device = device  # where outputs are compared (judge_device of EvalSettings.judge_on)
         self.fallback = ""  # why a GPU judge moved to the host
 
     @property
@@ -616,12 +617,10 @@ def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[
     from .harness import trial_seed
 
     cap = _output_cap(req)
-    judges = [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
-                           [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap, offset)
-              for wi, w in enumerate(workloads)]  # fmt: skip
-    for j in judges:
-        j.device = device
-    return judges
+    return [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
+                         [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap, offset,
+                         device)
+            for wi, w in enumerate(workloads)]  # fmt: skip
 
 
 def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_OutputJudge],
