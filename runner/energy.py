@@ -779,13 +779,13 @@ def measure_solutions(definition: Any, solutions: Mapping[str, Any], workloads: 
                       cache_dir: Path | None = None, **kw: Any) -> tuple[WorkloadEnergy, ...]:  # fmt: skip
     """Every workload, all arms (the first is the reference) interleaved in one run each.
     Failures are notes on the result, never exceptions."""
-    from .roofline import _axis_values, evaluate_formula
+    from .roofline import axis_values, evaluate_formula
 
     def work(w: Any, expr: str | None) -> float | None:
         if not expr:
             return None
         try:
-            return evaluate_formula(expr, _axis_values(definition, w))
+            return evaluate_formula(expr, axis_values(definition, w.axes))
         except (ValueError, SyntaxError, ZeroDivisionError):
             return None
 

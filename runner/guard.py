@@ -11,7 +11,6 @@ PR), and so are shapes that break the definition's constraints.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -26,6 +25,7 @@ from typing import Any
 from .candidate import Candidate
 from .energy import timing_noise
 from .evaluator import EvalSettings, Outcome, evaluate
+from .roofline import axis_values, evaluate_formula
 from .target import Target
 from .trace import Definition, InputSpec, Solution, Workload
 
@@ -77,12 +77,6 @@ class GuardCheck:
                 "notes": list(self.notes)}  # fmt: skip
 
 
-def axis_values(definition: Definition, axes: Mapping[str, int]) -> dict[str, int]:
-    values = {n: int(a.value) for n, a in definition.axes.items() if a.type == "const" and a.value is not None}
-    values.update({k: int(v) for k, v in axes.items()})
-    return values
-
-
 def estimate_bytes(definition: Definition, axes: Mapping[str, int]) -> int:
     """Bytes of every input and output at these axis values (a scalar counts 8)."""
     values = axis_values(definition, axes)
@@ -93,23 +87,13 @@ def estimate_bytes(definition: Definition, axes: Mapping[str, int]) -> int:
     return int(math.ceil(total))
 
 
-_ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Constant, ast.Name, ast.Load,
-            ast.Call, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)  # fmt: skip
-_FUNCS: Mapping[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
-
-
 def satisfies(definition: Definition, axes: Mapping[str, int]) -> bool:
     """Whether these axis values meet every constraint; one that cannot be read counts as broken,
     so a guard shape is never made up against a rule the definition states."""
     names = axis_values(definition, axes)
     for expr in definition.constraints:
         try:
-            tree = ast.parse(expr, mode="eval")
-            for node in ast.walk(tree):
-                if not isinstance(node, _ALLOWED) or isinstance(node, ast.Call) and not (
-                        isinstance(node.func, ast.Name) and node.func.id in _FUNCS):  # fmt: skip
-                    return False
-            if not eval(compile(tree, "<constraint>", "eval"), {"__builtins__": {}}, {**_FUNCS, **names}):
+            if not evaluate_formula(expr, names, logic=True):
                 return False
         except Exception:  # noqa: BLE001 - an unknown name, a division by zero: not a shape to make up
             return False

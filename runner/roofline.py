@@ -242,10 +242,16 @@ class FormulaError(ValueError):
     """A flops/bytes formula cannot be evaluated; the message says which and why."""
 
 
-def evaluate_formula(expr: str, names: Mapping[str, int]) -> float:
-    """A formula is arithmetic over axis names; nothing else is evaluated (no calls, no attributes)."""
-    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call,
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call,
                ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd)  # fmt: skip
+# A definition's constraints also compare and combine (``M % 64 == 0 and N <= 8192``).
+_LOGIC = (*_ARITHMETIC, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+
+
+def evaluate_formula(expr: str, names: Mapping[str, int], logic: bool = False) -> float:
+    """A formula is arithmetic over axis names; nothing else is evaluated (no calls, no attributes).
+    ``logic``: a constraint, which may also compare and combine (its truth as 1.0 or 0.0)."""
+    allowed = _LOGIC if logic else _ARITHMETIC
     funcs = {"min": min, "max": max, "abs": abs}
     tree = ast.parse(expr, mode="eval")
     for node in ast.walk(tree):
@@ -258,9 +264,10 @@ def evaluate_formula(expr: str, names: Mapping[str, int]) -> float:
     return float(eval(compile(tree, "<formula>", "eval"), {"__builtins__": {}}, {**funcs, **names}))
 
 
-def _axis_values(definition: Definition, workload: Workload) -> dict[str, int]:
+def axis_values(definition: Definition, axes: Mapping[str, int]) -> dict[str, int]:
+    """Every axis's value: the definition's constants, then ``axes`` (a workload's variable ones)."""
     values = {n: int(a.value) for n, a in definition.axes.items() if a.type == "const" and a.value is not None}
-    values.update({k: int(v) for k, v in workload.axes.items()})
+    values.update({k: int(v) for k, v in axes.items()})
     return values
 
 
@@ -268,7 +275,7 @@ def workload_bounds(definition: Definition, workloads: Sequence[Workload], flops
                     ceilings: Ceilings | None, measured_ms: Mapping[str, float]) -> tuple[WorkloadBound, ...]:  # fmt: skip
     out = []
     for w in workloads:
-        names = _axis_values(definition, w)
+        names = axis_values(definition, w.axes)
         f = evaluate_formula(flops, names) if flops else None
         b = evaluate_formula(nbytes, names) if nbytes else None
         ai = f / b if f is not None and b else None
