@@ -22,6 +22,8 @@
 #   corpus-d ~2: the FlashInfer rms_norm row; profile-rest ~4: Stage 1/2 and profiling cost of the
 #                    four corpus kernels `measure` leaves out (issue 4)
 #   overhead ~2, replays ~8, kernelbench ~4, pool ~1: issue 8's benchmarks
+#   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17); confine: confinement cost on the GPU (issue 18)
+#   overhead16, overhead16-cold: 16 evaluations of the demo with and without the warm server (issue 22)
 #   order ~2, order-dyt ~2: benchmarks/order.py (head, base, head, ... of a replay); nvml ~1: the A/A test
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -89,6 +91,10 @@ step() {  # one step; its files under $base/$1
                   "$repo/tests/test_knobs_heuristics.py" ;;
     gpu-demos) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu_publish.py" "$repo/tests/test_llm_cli.py" ;;
+    aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
+    confine) timeout 300 python3 "$repo/benchmarks/confinement.py" --device cuda --out "$out/confinement.json" ;;
+    overhead16) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;
+    overhead16-cold) KERNELPRO_WARM_SERVER=0 timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;
     nvml) KERNELPRO_ARTIFACTS="$out" timeout 200 python3 -m pytest -m gpu -p no:cacheprovider -q -rA \
             "$repo/tests/test_gpu.py" -k nvml ;;
     pool) timeout 300 python3 -m pytest -m gpu -p no:cacheprovider -q -rA "$repo/tests/test_gpu.py" -k pool ;;
