@@ -553,7 +553,7 @@ def test_every_tool_fires_on_some_real_case() -> None:
 def test_registry_has_every_tool_once_with_a_full_record() -> None:
     tools = registry()
     names = [t.name for t in tools]
-    assert len(tools) == 23 and len(set(names)) == len(names)
+    assert len(tools) == 24 and len(set(names)) == len(names)
     for source, expected in PAPER_TOOLS.items():
         assert expected <= {t.name for t in tools if t.source == source and not t.energy_only}
     assert {t.name for t in tools if t.energy_only} == ENERGY_TOOLS

@@ -46,7 +46,7 @@ WORK_FIRES: dict[str, set[str]] = {
     "poor": {"bound_mismatch", "instruction_overhead"},  # issue-bound at 45 % SM vs 22 % memory; 20.9 per unit
     "tuned": set(),  # memory-bound (84 %), 2.6 thread-instructions per unit
 }
-SYNTHETIC_ONLY = {"too_few_programs"}
+SYNTHETIC_ONLY = {"too_few_programs", "serial_dependency"}
 """Tools no recorded H200 case fires: shown on synthetic grids here, real fixtures to record (report)."""
 
 
@@ -233,6 +233,65 @@ def test_tail_effect() -> None:
     assert f.evidence["idle_slot_pct"] == pytest.approx(13.7, abs=0.1) and f.evidence["est_speedup"] == pytest.approx(1.16)
     for case in ("clean", "harmless_spills", "smem_occupancy", "barrier_stall", "tuned", "poor", "pointer_chase"):
         assert _run("tail_effect", Profile(kernels=(_kernel(case),))) is None, case
+
+
+def _chase(**metrics: float) -> Profile:
+    """The real pointer_chase launch (each load's address is the previous load's value: a dependency
+    chain, 3.96 warps per scheduler) with its real SASS; ``metrics`` SYNTHETIC replacements."""
+    sass = parse_sass((H200 / "sass_pointer_chase.txt").read_text())
+    return Profile(kernels=(_with(_kernel("pointer_chase"), **metrics),), sass=sass)
+
+
+MEM_SOL = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+
+
+def test_sass_counts_the_loops() -> None:
+    # Real cuobjdump listings: the copies are straight-line code, the chase and the Triton matmul loop;
+    # the BRA-to-itself after EXIT that every kernel ends with is not a loop.
+    loops = {c: parse_sass((H200 / f"sass_{c}.txt").read_text()).backward_branches
+             for c in ("clean", "scalar_loads", "tuned", "pointer_chase", "triton_wgmma", "spills")}  # fmt: skip
+    assert loops == {"clean": 0, "scalar_loads": 0, "tuned": 0, "pointer_chase": 3, "triton_wgmma": 1, "spills": 1}
+
+
+def test_serial_dependency() -> None:
+    # Real: quiet on the chase itself, whose memory system is 61 % busy (its loads are the work), and on
+    # every other recorded case (test_tools.FIRES over the whole registry).
+    assert _run("serial_dependency", _chase()) is None
+    # SYNTHETIC: the same chain with the memory SOL at 20 % (neither roof near): a latency-bound chain.
+    f = _run("serial_dependency", _chase(**{MEM_SOL: 20.0}))
+    assert f is not None and f.severity == "high"  # busiest unit 20 %: under 25 %
+    assert f.title == ("serial dependency chain: each warp runs 635 instructions, one every 678 cycles, "
+                       "with 3.96 warps per scheduler to hide the waits")  # fmt: skip
+    ev = f.evidence
+    assert ev["dependency_stall_pct"] == pytest.approx(99.8, abs=0.1) and ev["top_stall"] == "long_scoreboard"
+    assert ev["sass_backward_branches"] == 3 and ev["eligible_warps_per_cycle"] < 0.25
+    # A warp's life is its chain: 635 x 678 cycles at 1.97 GHz is 219 us of the kernel's 229 us.
+    assert ev["warp_chain_us"] == pytest.approx(219.0, abs=0.5) and ev["kernel_us"] == pytest.approx(228.54)
+    assert ev["est_speedup"] == 5.0 and ev["est_speedup_why"].startswith("100 % / 20 % (memory, the busiest unit) = 5.00x")
+    assert f.expected_gain.startswith("up to 5.00x") and "tl.sum" in f.recommendations[0]
+    assert f.code_example is not None and "tl.sum(acc)" in f.code_example
+    # Each condition matters (SYNTHETIC, one counter at a time on the firing profile).
+    quiet = {
+        "a roof near": {MEM_SOL: 45.0},
+        "waits on barriers": {"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": 2000.0},
+        "many warps to switch between": {"sm__warps_active.avg.pct_of_peak_sustained_active": 50.0},
+        "warps capped by the launch's resources": {"sm__maximum_warps_per_active_cycle_pct": 25.0},
+        "a short stream per warp": {"smsp__inst_executed.sum": 200.0 * 528 * 4},
+        "ready warps most cycles": {"smsp__warps_eligible.avg.per_cycle_active": 0.5},
+    }
+    for why, metrics in quiet.items():
+        assert _run("serial_dependency", _chase(**{MEM_SOL: 20.0, **metrics})) is None, why
+    # Straight-line code (the real SASS of the float4 copy) has no loop to be serial in.
+    straight = replace(_chase(**{MEM_SOL: 20.0}), sass=parse_sass((H200 / "sass_clean.txt").read_text()))
+    assert _run("serial_dependency", straight) is None
+    # Without SASS the counters decide alone.
+    assert _run("serial_dependency", replace(straight, sass=None)) is not None
+    # Stage 1 bounds the promise (SYNTHETIC work: the roofline allows 1.6x).
+    work = Work("N", 0.0, 4.0 * 528 * 128 * 256, "memory", 0.143, 0.2285, 1.6, "0.2285 ms measured / 0.143 ms floor = 1.60x")
+    a = run_tools(replace(_chase(**{MEM_SOL: 20.0}), work=work), "memory")
+    g = next(x for x in a.findings if x.tool == "serial_dependency")
+    assert g.evidence["est_speedup"] == 1.6 and g.evidence["est_speedup_tool"] == 5.0
+    assert g.expected_gain == "up to 1.60x (min(5.00x from this tool, 1.60x from Stage 1: 0.2285 ms measured / 0.143 ms floor = 1.60x) = 1.60x)"
 
 
 # --- 3. the report says what happened ---------------------------------------------------------------

@@ -45,6 +45,8 @@ class SassStats:
     """Kernel functions found in the binary."""
     uses_cublas: bool = False
     """The shared object links cuBLAS (its tensor-core work runs in library kernels)."""
+    backward_branches: int = 0
+    """BRA instructions to a lower address: the loops of the code (the BRA-to-itself after EXIT is not one)."""
 
     def count(self, family: str) -> int:
         return int(self.counts.get(family, 0))

@@ -130,6 +130,8 @@ def disassemble(path: Path, cuobjdump: str | None = None, *, timeout_s: float = 
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(.*?)\s*;?\s*(?:/\*.*\*/)?\s*$")
 _ARCH = re.compile(r"code for (sm_\w+)")
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_ADDRESS = re.compile(r"^\s*/\*([0-9a-fA-F]+)\*/")
+_TARGET = re.compile(r"\bBRA(?:\.\S+)?\s+(?:`?\(?)0x([0-9a-fA-F]+)")
 # Width modifiers of a load: LDG.E.128, LDG.E.64.CONSTANT, LDG.E.U8, LDG.E.S16 ...
 # (LTC128B is an L2 prefetch hint, not a width; it does not match these exact tokens).
 _WIDTHS = {"8": 8, "U8": 8, "S8": 8, "16": 16, "U16": 16, "S16": 16,
@@ -174,7 +176,7 @@ def parse_sass(text: str, arch: str | None = None) -> SassStats:
     counts: Counter[str] = Counter({f: 0 for f in FAMILIES})
     widths: Counter[int] = Counter()
     functions: list[str] = []
-    total = 0
+    total = back = 0
     for section_arch, lines in sections:
         if section_arch != chosen:
             continue
@@ -193,6 +195,11 @@ def parse_sass(text: str, arch: str | None = None) -> SassStats:
             family, *modifiers = mnemonic.split(".")
             counts[family] += 1
             total += 1
+            if family == "BRA":
+                # A loop closes with a branch back; cuobjdump prints absolute targets.
+                am, tm = _ADDRESS.match(line), _TARGET.search(im[1])
+                if am and tm and int(tm[1], 16) < int(am[1], 16):
+                    back += 1
             if family == "LDG":
                 # Plain LDG.E is a 32-bit load; .64/.128 vectorised; .U8/.S16 narrow.
                 bits = next((_WIDTHS[m] for m in modifiers if m in _WIDTHS), 32)
@@ -203,6 +210,7 @@ def parse_sass(text: str, arch: str | None = None) -> SassStats:
         counts=dict(counts),
         global_load_bits=dict(sorted(widths.items())),
         functions=tuple(functions),
+        backward_branches=back,
     )
 
 
@@ -274,4 +282,5 @@ def sass_stats(path: Path, cuobjdump: str | None = None) -> SassStats:
         global_load_bits=stats.global_load_bits,
         functions=stats.functions,
         uses_cublas=uses_cublas(path),
+        backward_branches=stats.backward_branches,
     )

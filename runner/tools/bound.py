@@ -11,6 +11,8 @@ tools answer that from the same ncu launch, and, where the target has flops/byte
   vectorised kernel needs (serial per-element loops, masked lanes, recomputed indices).
 - ``too_few_programs``: the grid against SMs x programs resident per SM.
 - ``tail_effect``: the last partial wave of programs leaves slots idle.
+- ``serial_dependency``: each warp walks a long chain of dependent instructions (a per-program loop
+  whose iterations wait on each other) with too few warps beside it to hide the chain's latency.
 
 Thresholds come from the H200 recordings in tests/fixtures/h200 (the numbers are at each tool).
 """
@@ -23,7 +25,17 @@ from collections.abc import Mapping
 from ..profile import KernelProfile, Profile, Work
 from ..roofline import current_bound
 from . import ALL_CLASSES, Finding, ProfilingTool
-from .ncu import INST_EXECUTED, WAVES, binding_limiters
+from .ncu import (
+    ACHIEVED_OCC,
+    BLOCK_SIZE,
+    ELIGIBLE,
+    INST_EXECUTED,
+    THEORETICAL_OCC,
+    WAVES,
+    binding_limiters,
+    stall_metric,
+    stall_shares,
+)
 
 GRID = "launch__grid_size"
 SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -304,4 +316,131 @@ TAIL_EFFECT = ProfilingTool(
 )  # fmt: skip
 
 
-TOOLS = (BOUND_MISMATCH, INSTRUCTION_OVERHEAD, TOO_FEW_PROGRAMS, TAIL_EFFECT)
+# --- 5. serial_dependency -------------------------------------------------------------------------
+
+WARP_LATENCY = "smsp__average_warp_latency_per_inst_issued.ratio"
+CLOCK = "sm__cycles_elapsed.avg.per_second"
+WARPS_PER_SCHEDULER = 16  # sm_90: 64 warp slots per SM over 4 schedulers (SMSPs)
+_DEPENDENCY = ("long_scoreboard", "short_scoreboard", "wait")
+"""Stalls of an instruction waiting on an earlier one's result: memory, MIO and fixed-latency operands."""
+
+
+def _chain(p: Profile) -> dict[str, object] | None:
+    """What one warp's dependency chain looks like in the counters; None when a counter is missing."""
+    k = _main(p)
+    b = current_bound(k)
+    inst, grid, block, cpi, occ = (k.get(n) for n in (INST_EXECUTED, GRID, BLOCK_SIZE, WARP_LATENCY, ACHIEVED_OCC))
+    if inst is None or not grid or not block or cpi is None or occ is None:
+        return None
+    shares = stall_shares(k)
+    warps = float(grid) * math.ceil(float(block) / 32.0)
+    per_warp = float(inst) / warps
+    facts: dict[str, object] = {
+        "compute_pct": b.compute_pct, "memory_pct": b.memory_pct, "issue_pct": b.issue_pct,
+        "dependency_stall_pct": round(sum(shares.get(r, 0.0) for r in _DEPENDENCY), 1),
+        "top_stall": max(shares, key=lambda r: shares[r]) if shares else "",
+        "cycles_between_issues_per_warp": round(float(cpi), 1),
+        "warp_instructions_per_warp": round(per_warp, 1),
+        "warps_per_scheduler": round(float(occ) / 100.0 * WARPS_PER_SCHEDULER, 2),
+        "eligible_warps_per_cycle": k.get(ELIGIBLE),
+        "theoretical_occupancy_pct": k.get(THEORETICAL_OCC),
+        "achieved_occupancy_pct": float(occ),
+    }  # fmt: skip
+    clock = k.get(CLOCK)
+    if clock:
+        # A warp's lifetime is its instructions times the cycles between two of them.
+        facts["warp_chain_us"] = round(per_warp * float(cpi) / float(clock) * 1e6, 2)
+        facts["arithmetic"] = (f"{per_warp:.4g} instructions per warp x {float(cpi):.3g} cycles between issues / "
+                               f"{float(clock) / 1e9:.3g} GHz = {facts['warp_chain_us']} us per warp")  # fmt: skip
+    dur = k.get("gpu__time_duration.sum")
+    if dur:
+        facts["kernel_us"] = round(float(dur) / 1e3, 2)
+    if p.sass is not None:
+        facts["sass_backward_branches"] = p.sass.backward_branches
+    return facts
+
+
+def _chain_holds(f: Mapping[str, object], th: Mapping[str, float]) -> bool:
+    def num(name: str) -> float:
+        v = f.get(name)
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+    theoretical = f.get("theoretical_occupancy_pct")
+    return (
+        max(num("compute_pct"), num("memory_pct")) < th["busy_pct"]  # neither roof near: latency-bound
+        and num("dependency_stall_pct") >= th["dependency_pct"]  # warps wait on earlier results
+        and num("warp_instructions_per_warp") >= th["min_inst_per_warp"]  # a long per-warp stream: a loop
+        and num("warps_per_scheduler") <= th["max_warps_per_scheduler"]  # few warps to hide each wait
+        and num("eligible_warps_per_cycle") < th["eligible"]
+        # A launch whose resources cap the warps is occupancy's finding (smem_occupancy), not a chain.
+        and (theoretical is None or float(theoretical) >= th["min_theoretical_pct"])  # type: ignore[arg-type]
+        and f.get("sass_backward_branches", 1) != 0  # with SASS: straight-line code is no serial loop
+    )  # fmt: skip
+
+
+def _chain_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
+    f = _chain(p)
+    if f is None or not _chain_holds(f, th):
+        return None
+    busiest_name, busiest = max((("memory", float(f["memory_pct"] or 0.0)),  # type: ignore[arg-type]
+                                 ("compute", float(f["compute_pct"] or 0.0))), key=lambda x: x[1])  # type: ignore[arg-type]
+    busiest = max(busiest, 1.0)  # a roof under 1 % would promise 100x+ on noise
+    sev = "critical" if busiest < th["critical_busy_pct"] else "high" if busiest < th["high_busy_pct"] else "medium"
+    ev = {k: v for k, v in f.items() if v is not None}
+    ev["est_speedup"] = round(100.0 / busiest, 2)
+    ev["est_speedup_why"] = (f"100 % / {busiest:.3g} % ({busiest_name}, the busiest unit) = {100.0 / busiest:.2f}x: "
+                             "hiding the chain's latency cannot make the same work faster than its busiest unit allows")  # fmt: skip
+    per_warp, cpi = float(f["warp_instructions_per_warp"]), float(f["cycles_between_issues_per_warp"])  # type: ignore[arg-type]
+    return Finding(
+        tool="serial_dependency", severity=sev,
+        title=(f"serial dependency chain: each warp runs {per_warp:.3g} instructions, one every {cpi:.0f} cycles, "
+               f"with {f['warps_per_scheduler']} warps per scheduler to hide the waits"),
+        evidence=ev,
+        root_cause=(f"Each program walks its data in a loop whose iterations wait on each other (an accumulator, a "
+                    f"running state, a load whose address or use follows the previous one): {f['dependency_stall_pct']} % "
+                    f"of the warps' stall cycles wait on an earlier result (top: {f['top_stall']}), and with only "
+                    f"{f['warps_per_scheduler']} warps per scheduler nothing else is ready to issue "
+                    f"({f['eligible_warps_per_cycle']:.3g} eligible warps per cycle). Neither roof is near (compute "
+                    f"{f['compute_pct']} %, memory {f['memory_pct']} %): the kernel's time is the length of its "
+                    "chains, not its work."),  # fmt: skip
+        recommendations=(
+            "Spread the loop over the lanes: give each program a tile and reduce it with block-wide operations "
+            "(Triton: acc of BLOCK elements, acc += tl.load(ptr + start + tl.arange(0, BLOCK)), tl.sum(acc) after "
+            "the loop; CUDA: each thread a strided subset, then a warp-shuffle or block reduction) instead of one "
+            "element per iteration.",
+            "Break the chain inside a thread: several independent accumulators (unroll by 4-8 and sum them at the "
+            "end) and loads for the next iterations issued before the current result is used (Triton: "
+            "tl.range(..., num_stages=3) or loop_unroll_factor; CUDA: #pragma unroll with independent partial sums).",
+            "If the recurrence is truly sequential (scan, RNN or SSM state), split it: a chunked scan (each chunk "
+            "scanned in parallel, then one pass over the chunk carries), or put independent sequences "
+            "(batch x channel) on separate lanes and programs.",
+            "More programs: split the loop axis across the grid (split-K style partial results and a second pass "
+            "or atomics) so more warps share each SM.",
+        ),
+        expected_gain=f"up to {100.0 / busiest:.2f}x ({ev['est_speedup_why']})",
+        code_example=("acc = tl.zeros((BLOCK,), tl.float32)\n"
+                      "for start in range(0, n, BLOCK):\n"
+                      "    acc += tl.load(row + start + offs, mask=start + offs < n, other=0.0)\n"
+                      "tl.store(out + pid, tl.sum(acc))"),  # fmt: skip
+        source="ncu",
+    )  # fmt: skip
+
+
+SERIAL_DEPENDENCY = ProfilingTool(
+    name="serial_dependency", source="ncu",
+    required=(INST_EXECUTED, GRID, BLOCK_SIZE, WARP_LATENCY, ACHIEVED_OCC, ELIGIBLE, SM_THROUGHPUT,
+              stall_metric("long_scoreboard")),
+    # Real H200 controls stay out on one condition each at least: clean/tuned/uncoalesced are memory-bound
+    # (74-84 %), pointer_chase is 61 % memory-busy, smem_occupancy's warps are capped by shared memory
+    # (theoretical 12.5 %), spills/harmless_spills keep 7.7/14.7 warps per scheduler, barrier_stall waits on
+    # barriers (dependency 8.6 %), triton_wgmma issues from a 25 % theoretical occupancy with 23 % dependency.
+    thresholds={"busy_pct": 40.0, "dependency_pct": 60.0, "min_inst_per_warp": 256.0,
+                "max_warps_per_scheduler": 4.0, "eligible": 0.25, "min_theoretical_pct": 50.0,
+                "critical_busy_pct": 10.0, "high_busy_pct": 25.0},
+    trigger=lambda p, th: (f := _chain(p)) is not None and _chain_holds(f, th), analyze=_chain_analyze,
+    affinity=ALL_CLASSES,
+    description="Latency-bound long per-warp loop: dependency stalls >= 60 %, <= 4 warps per scheduler, neither roof >= 40 %.",
+)  # fmt: skip
+
+
+TOOLS = (BOUND_MISMATCH, INSTRUCTION_OVERHEAD, TOO_FEW_PROGRAMS, TAIL_EFFECT, SERIAL_DEPENDENCY)
