@@ -16,6 +16,12 @@ replaced by one literal for every shape:
 * ``@triton.autotune``: the ints of each ``triton.Config`` in a literal list (``autotune[i].num_warps``),
   and the ends of each literal value list a config comprehension iterates (``autotune.BLOCK_N.max``:
   extend or prune the list; equal ends pin it). The decorator stays.
+* A shape-bounded pin of such a list (two configs or more, under a ``key`` of names): ``autotune.pin``
+  (which config, 0 for none) and ``autotune.pin.N`` per key axis (up to which size). It is written as a
+  commented ``prune_configs_by`` that returns that config alone within the bounds (Triton then skips
+  its benchmark) and the whole list past them, so shapes beyond the bound keep the autotuner's choice.
+  Reordering is not a knob: Triton's autotuner times every config it keeps and takes the fastest, so
+  the order of a list changes only which of two equally fast configs wins; the pin picks by position.
 * ``@triton.heuristics``: a tile's (``BLOCK*``, fla's ``BK``) or ``num_warps``' lambda, by its
   literals or scaled in place.
 
@@ -56,7 +62,7 @@ import io
 import re
 import tokenize
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from .pysource import import_aliases, triton_decorator
@@ -120,7 +126,9 @@ class Knob:
     """1-based line of the literal that holds the value (or where a missing keyword goes)."""
     rule: str = ""
     """How a value that is not a literal is written: ``scale`` (the value is a log2 factor on a computed
-    launch value: 1 doubles it, -1 halves it), ``list`` (an end of an autotune value list); empty for a literal."""
+    launch value: 1 doubles it, -1 halves it), ``list`` (an end of an autotune value list), ``pin`` (which
+    autotune config runs alone, 0 for none, or up to which size of each key axis; see :func:`_pin_text`);
+    empty for a literal."""
 
 
 @dataclass(frozen=True)
@@ -139,9 +147,11 @@ class _Site:
     """Text after the inserted keyword (keeps an existing trailing comma style)."""
     rule: str = ""
     """``line`` (an adjustment line after a computed binding), ``expr`` (a computed expression wrapped
-    in place), ``list`` (an autotune value list); empty for a literal or a keyword insertion."""
+    in place), ``list`` (an autotune value list), ``pin`` (an autotune pin's ``prune_configs_by``, or where
+    one goes); empty for a literal or a keyword insertion."""
     base: str = ""
-    """``line``: the variable; ``expr``: the source text of the unscaled expression; ``list``: ``min``/``max``."""
+    """``line``: the variable; ``expr``: the source text of the unscaled expression; ``list``: ``min``/``max``;
+    ``pin``: ``pin`` or ``pin.<axis>``."""
     kind: str = ""
     """Knob kind, which picks how a scale is written (warps are capped at 32, blocks floored at 16)."""
     indent: str = ""
@@ -150,6 +160,27 @@ class _Site:
     """``line``: order of the variable in its binding (lines inserted together follow it); ``list``: its smallest value."""
     hi: int = 0
     """``list``: its largest value."""
+    pin: _Pin | None = None
+    """``pin``: the autotune decorator's pin as found (none pinned: index 0, default bounds)."""
+
+
+@dataclass(frozen=True)
+class _Pin:
+    """A shape-bounded pin of an ``@triton.autotune`` config list: below the bounds of its key axes the
+    autotuner runs one config without benchmarking (``prune_configs_by`` returns it alone); above, it
+    autotunes the whole list as written."""
+
+    axes: tuple[str, ...]
+    """The decorator's ``key`` names, the shape axes the bounds apply to."""
+    index: int
+    """1-based position of the pinned config in the list the autotuner builds; 0 when nothing is pinned."""
+    bounds: tuple[int, ...]
+    """Per axis, the largest value the pin covers (PIN_BOUND_DEFAULT each when nothing is pinned)."""
+    descs: tuple[str, ...]
+    """Each config of the list, in the autotuner's order, as a reviewer reads it."""
+    indent: str | None
+    """Indentation of the lines the pin is written on (a comment, then the keyword); None: written
+    inline after ``key=[...]`` without a comment."""
 
 
 @dataclass
@@ -553,6 +584,10 @@ def _looks_like_launch(call: ast.Call, kernel: _Kernel | None) -> bool:
 # a literal, so the repository's own heuristic keeps choosing per shape and the diff reads as a rule.
 SCALE_SHIFTS: tuple[int, ...] = (-2, -1, 0, 1, 2)
 WARPS_MAX = 32
+# Where a new autotune pin stops: a pin starts as "shapes up to 4096 along each key axis" (a typical
+# hidden size), and the tuner moves that bound; the gate's guard shapes time both sides of it.
+PIN_BOUND_DEFAULT = 4096
+PIN_BOUNDS: tuple[int, ...] = tuple(1 << k for k in range(4, 25))
 
 
 def _scaled(base: str, shift: int, kind: str) -> str:
@@ -726,6 +761,136 @@ def _config_role(elt: ast.expr) -> dict[str, tuple[str, str]]:
     return roles
 
 
+def _config_descs(arg: ast.expr, text: _Text) -> tuple[str, ...] | None:
+    """Each config of an autotune list in the order the autotuner builds it, as a reviewer reads it;
+    None when the list is not literal (a variable, a helper's result, a filtered comprehension)."""
+    if isinstance(arg, ast.List | ast.Tuple):
+        if not arg.elts or not all(isinstance(e, ast.Call) and _dotted_tail(e.func) == "Config" for e in arg.elts):
+            return None
+        return tuple(" ".join((ast.get_source_segment(text.source, e) or "?").split()) for e in arg.elts)
+    if not isinstance(arg, ast.ListComp | ast.GeneratorExp):
+        return None
+    roles = _config_role(arg.elt)
+    combos: list[list[str]] = [[]]
+    for gen in arg.generators:
+        if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name) or not isinstance(gen.iter, ast.List | ast.Tuple):
+            return None
+        if not gen.iter.elts or not all(_is_int_literal(e) for e in gen.iter.elts):
+            return None
+        label = roles.get(gen.target.id, ("", gen.target.id))[1]
+        # Comprehensions iterate the outer loop slowest, as itertools.product does.
+        combos = [c + [f"{label}={e.value}"] for c in combos for e in gen.iter.elts]  # type: ignore[attr-defined]
+    return tuple(", ".join(c) for c in combos)
+
+
+def _read_pin(value: ast.expr, axes: Sequence[str]) -> tuple[int, tuple[int, ...]] | None:
+    """(1-based config, bounds) when ``value`` is the ``prune_configs_by`` a pin writes (:func:`_pin_text`)
+    over ``axes``; None for any other value, which is the repository's own and not a knob."""
+    if not (isinstance(value, ast.Dict) and len(value.keys) == 1 and isinstance(value.keys[0], ast.Constant)
+            and value.keys[0].value == "early_config_prune" and isinstance(value.values[0], ast.Lambda)):  # fmt: skip
+        return None
+    fn = value.values[0]
+    if [a.arg for a in fn.args.args] != ["configs", "args"] or fn.args.kwarg is None or fn.args.kwarg.arg != "kw":
+        return None
+    body = fn.body
+    if not (isinstance(body, ast.IfExp) and isinstance(body.orelse, ast.Name) and body.orelse.id == "configs"
+            and isinstance(body.body, ast.List) and len(body.body.elts) == 1):  # fmt: skip
+        return None
+    pick = body.body.elts[0]
+    if not (isinstance(pick, ast.Subscript) and isinstance(pick.value, ast.Name) and pick.value.id == "configs"
+            and _is_int_literal(pick.slice) and pick.slice.value >= 0):  # type: ignore[attr-defined]  # fmt: skip
+        return None
+    tests = body.test.values if isinstance(body.test, ast.BoolOp) and isinstance(body.test.op, ast.And) else [body.test]
+    bounds: list[int] = []
+    for axis, test in zip(axes, tests, strict=False):
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.LtE)
+                and _is_int_literal(test.comparators[0]) and isinstance(test.left, ast.Subscript)
+                and isinstance(test.left.slice, ast.Constant) and test.left.slice.value == axis):  # fmt: skip
+            return None
+        bounds.append(test.comparators[0].value)  # type: ignore[attr-defined]
+    if len(tests) != len(axes):
+        return None
+    return pick.slice.value + 1, tuple(bounds)  # type: ignore[attr-defined]
+
+
+def _pin_text(pin: _Pin, index: int, bounds: Sequence[int]) -> str:
+    """The ``prune_configs_by`` keyword (after a comment saying what it does, on its own lines) that runs
+    config ``index`` (1-based) alone for shapes within ``bounds``; empty for index 0 (nothing pinned)."""
+    if index == 0:
+        return ""
+    if index > len(pin.descs):
+        raise KnobError(f"an autotune pin of config {index} of a list of {len(pin.descs)}")
+    test = " and ".join(f'{{**args, **kw}}["{a}"] <= {b}' for a, b in zip(pin.axes, bounds, strict=True))
+    value = f'{{"early_config_prune": lambda configs, args, **kw: [configs[{index - 1}]] if {test} else configs}}'
+    if pin.indent is None:
+        return f", prune_configs_by={value}"
+    where = " and ".join(f"{a} <= {b}" for a, b in zip(pin.axes, bounds, strict=True))
+    comment = f"# {where}: configs[{index - 1}] ({pin.descs[index - 1]}) without autotuning, measured fastest there"
+    return f"{pin.indent}{comment}\n{pin.indent}prune_configs_by={value},\n"
+
+
+def _pin_site(deco: ast.Call, axes: tuple[str, ...], descs: tuple[str, ...], text: _Text) -> _Site | None:
+    """Where the pin of an autotune decorator is, or goes (after its ``key=[...]``); None when the
+    decorator has a ``prune_configs_by`` of its own or a layout the pin cannot be written into."""
+    named = {kw.arg: kw for kw in deco.keywords if kw.arg}
+    key = named["key"]
+    k_start, k_end = _span(text, key.value)
+    k_line = text.line_of(k_end)
+    own = named.get("prune_configs_by")
+    if own is not None:
+        read = _read_pin(own.value, axes)
+        if read is None:
+            return None
+        index, bounds = read
+        p_start, p_end = _span(text, own.value)
+        line = text.line_of(p_end)
+        kw_start = text.offset(own.lineno, own.col_offset)
+        indent = text.source[text.starts[own.lineno - 1] : kw_start]
+        rest = text.source[p_end : text.starts[line] if line < len(text.starts) else len(text.source)]
+        if not indent.strip() and line < len(text.starts) and rest.strip() == ",":
+            start = text.starts[own.lineno - 1]
+            above = text.source[text.starts[own.lineno - 2] : start].strip() if own.lineno >= 2 else ""
+            if above.startswith("#") and "without autotuning" in above:
+                start = text.starts[own.lineno - 2]
+            return _Site(start, text.starts[line], rule="pin", pin=_Pin(axes, index, bounds, descs, indent))
+        if text.source[k_end:kw_start] == ", " and own.end_col_offset is not None:
+            return _Site(k_end, p_end, rule="pin", pin=_Pin(axes, index, bounds, descs, None))
+        return None
+    default = (PIN_BOUND_DEFAULT,) * len(axes)
+    indent = text.source[text.starts[key.lineno - 1] : text.offset(key.lineno, key.col_offset)]
+    rest = text.source[k_end : text.starts[k_line] if k_line < len(text.starts) else len(text.source)]
+    if not indent.strip() and k_line < len(text.starts) and re.fullmatch(r"\s*,\s*(#.*)?\s*", rest):
+        at = text.starts[k_line]
+        return _Site(at, at, rule="pin", pin=_Pin(axes, 0, default, descs, indent))
+    if text.source[k_end : k_end + 1] in (",", ")") and k_start < k_end:
+        return _Site(k_end, k_end, rule="pin", pin=_Pin(axes, 0, default, descs, None))
+    return None
+
+
+def _pin_knobs(fn: ast.FunctionDef | ast.AsyncFunctionDef, deco: ast.Call, arg: ast.expr | None, text: _Text,
+               add: Callable[[str, str, str, int, _Site], None]) -> None:  # fmt: skip
+    """Knobs of an autotune list's shape-bounded pin: ``autotune.pin`` (which config, 0 for none) and
+    ``autotune.pin.<axis>`` (up to which size of each key axis it holds). Offered for literal lists of
+    two configs or more under a ``key`` of literal names."""
+    named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
+    key = named.get("key")
+    if arg is None or not isinstance(key, ast.List | ast.Tuple) or not key.elts:
+        return
+    if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in key.elts):
+        return
+    axes = tuple(e.value for e in key.elts)  # type: ignore[attr-defined]
+    descs = _config_descs(arg, text)
+    if descs is None or len(descs) < 2:
+        return
+    site = _pin_site(deco, axes, descs, text)
+    if site is None or site.pin is None:
+        return
+    pin = site.pin
+    add(fn.name, "autotune.pin", "config", pin.index, replace(site, base="pin"))
+    for axis, bound in zip(axes, pin.bounds, strict=True):
+        add(fn.name, f"autotune.pin.{axis}", "bound", bound, replace(site, base=f"pin.{axis}"))
+
+
 def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str, int, _Site], None],
                      notes: list[str]) -> None:  # fmt: skip
     """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
@@ -754,6 +919,7 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                     if kind and isinstance(v, ast.Lambda):
                         _computed_knobs(v.body, kind, text, fn.name, f"heuristics.{key}", add)
                 continue
+            _pin_knobs(fn, deco, arg, text, add)
             if isinstance(arg, ast.List | ast.Tuple) and arg.elts:
                 for i, cfg in enumerate(arg.elts):
                     if not isinstance(cfg, ast.Call) or _dotted_tail(cfg.func) != "Config":
@@ -932,6 +1098,10 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
         rule = {"line": "scale", "expr": "scale"}.get(site.rule, site.rule)
         if rule == "scale":
             choices = SCALE_SHIFTS
+        elif rule == "pin":
+            assert site.pin is not None
+            choices = tuple(range(len(site.pin.descs) + 1)) if kind == "config" else PIN_BOUNDS
+            choices = tuple(sorted({*choices, value}))
         elif rule == "list":
             choices = NUM_WARPS_CHOICES if kind == "num_warps" else _choices(kind, value)
             choices = tuple(sorted({*choices, value}))
@@ -1052,14 +1222,33 @@ def apply_knobs(source: str, settings: Mapping[str, int], *, lineage: bool = Fal
             result = result[:start] + first.lead + body + first.trail + result[start:]
 
     if result != source:
+        result = _refresh_pins(result)
         _check_round_trip(result, scanned, settings)
     return result
+
+
+def _refresh_pins(source: str) -> str:
+    """``source`` with each autotune pin's comment describing the config it pins in the list as it is
+    now (a setting that pins and moves a comprehension's ends at once changes which config that is);
+    KnobError when the pinned position is past the list's end."""
+    for knob, site in sorted(_scan(source), key=lambda ks: -ks[1].start):
+        if site.pin is None or knob.kind != "config" or site.pin.index == 0:
+            continue
+        text = _pin_text(site.pin, site.pin.index, site.pin.bounds)
+        if source[site.start : site.end] != text:
+            source = source[: site.start] + text + source[site.end :]
+    return source
 
 
 def _render(group: Sequence[tuple[_Site, int]]) -> str:
     """The text of rule sites that start at one offset: adjustment lines after one binding (in the
     binding's order), one scaled expression, or one autotune list with its new ends."""
     first = group[0][0]
+    if first.rule == "pin":
+        assert first.pin is not None
+        pin, chosen = first.pin, {s.base: v for s, v in group}
+        bounds = [chosen.get(f"pin.{a}", b) for a, b in zip(pin.axes, pin.bounds, strict=True)]
+        return _pin_text(pin, chosen.get("pin", pin.index), bounds)
     if first.rule == "list":
         ends = {"min": first.lo, "max": first.hi} | {s.base: v for s, v in group}
         if ends["min"] > ends["max"]:

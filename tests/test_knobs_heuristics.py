@@ -161,6 +161,108 @@ def test_fla_heuristic_tile_cap_and_autotune_warps() -> None:
     ]
 
 
+def test_liger_dyt_autotune_pin_holds_one_config_up_to_a_bound_of_its_key_axis() -> None:
+    # A pin is a rule over the decorator's key: up to a size of N one config, past it the autotuner's
+    # own search over the whole list, which stays as written (a pin never applies to every shape).
+    src = upstream("liger_dyt.py")
+    found = knobs(src)
+    assert found["_dyt_fwd_kernel:autotune.pin"] == 0 and found["_dyt_fwd_kernel:autotune.pin.N"] == 4096
+    pin = next(k for k in find_knobs(src) if k.name == "_dyt_fwd_kernel:autotune.pin")
+    assert pin.choices == tuple(range(19))  # none, or one of the comprehension's 3 x 2 x 3 configs
+    pinned = check_patch(src, {"_dyt_fwd_kernel:autotune.pin": 5})
+    assert changed_lines(src, pinned) == [
+        "+    # N <= 4096: configs[4] (BLOCK_N=1024, num_stages=2, num_warps=8) without autotuning, measured fastest there",
+        '+    prune_configs_by={"early_config_prune": lambda configs, args, **kw: [configs[4]] '
+        'if {**args, **kw}["N"] <= 4096 else configs},',
+    ]
+    assert pinned.count("@triton.autotune(") == src.count("@triton.autotune(")
+    # The bound moves alone on a pinned source; the comment follows the rule.
+    wider = check_patch(pinned, {"_dyt_fwd_kernel:autotune.pin.N": 16384})
+    assert "    # N <= 16384: configs[4] (BLOCK_N=1024" in wider and '["N"] <= 16384 else configs}' in wider
+    assert apply_setting("f.py", src, {"_dyt_fwd_kernel:autotune.pin": 5,
+                                       "_dyt_fwd_kernel:autotune.pin.N": 16384}, lineage=True) == wider  # fmt: skip
+    # Moving the list's ends in the same setting renames the pinned config in the comment...
+    moved = apply_knobs(src, {"_dyt_fwd_kernel:autotune.pin": 5, "_dyt_fwd_kernel:autotune.num_warps.min": 8})
+    assert "configs[4] (BLOCK_N=2048, num_stages=1, num_warps=8)" in moved  # 3 x 2 x [8, 16]
+    # ...and a pin past the shortened list's end is no setting at all.
+    with pytest.raises(KnobError, match="config 18 of a list of 6"):
+        apply_knobs(src, {"_dyt_fwd_kernel:autotune.pin": 18, "_dyt_fwd_kernel:autotune.BLOCK_N.max": 1024})
+
+
+LITERAL_AUTOTUNE = '''
+import triton
+import triton.language as tl
+
+
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK_N": 1024}, num_warps=4),
+        triton.Config({"BLOCK_N": 2048}, num_warps=8),
+        triton.Config({"BLOCK_N": 4096}, num_warps=16),
+    ],
+    key=["M", "N"],
+)
+@triton.jit
+def kernel(X, M, N, BLOCK_N: tl.constexpr):
+    pass
+'''
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_a_pinned_literal_autotune_list_is_what_triton_runs_within_the_bounds_only(tmp_path: Path) -> None:
+    # Triton's own Autotuner reads the patch (no GPU: pruning happens before any benchmark), with the
+    # key axes passed positionally and as keywords, inside and past each bound.
+    setting = {"kernel:autotune.pin": 2, "kernel:autotune.pin.M": 64, "kernel:autotune.pin.N": 2048}
+    new = check_patch(LITERAL_AUTOTUNE, setting)
+    assert '    # M <= 64 and N <= 2048: configs[1] (triton.Config({"BLOCK_N": 2048}, num_warps=8)) without' in new
+    (tmp_path / "pinned_autotune.py").write_text(new)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("pinned_autotune")
+    finally:
+        sys.path.remove(str(tmp_path))
+    tuner = module.kernel
+    every = [c.kwargs["BLOCK_N"] for c in tuner.configs]
+    for nargs, kwargs, runs in [
+        ({"X": None, "M": 64, "N": 2048}, {}, [2048]),
+        ({"X": None}, {"M": 8, "N": 1000}, [2048]),
+        ({"X": None, "M": 65, "N": 2048}, {}, every),
+        ({"X": None, "M": 64}, {"N": 2049}, every),
+    ]:
+        tuner.nargs = nargs
+        assert [c.kwargs["BLOCK_N"] for c in tuner.prune_configs(kwargs)] == runs, (nargs, kwargs)
+
+
+def test_an_inline_autotune_gets_an_inline_pin_and_a_repository_prune_is_left_alone() -> None:
+    inline = textwrap.dedent('''
+        import triton
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
+        @triton.jit
+        def k(x, n, BLOCK: tl.constexpr):
+            pass
+    ''')
+    new = check_patch(inline, {"k:autotune.pin": 1, "k:autotune.pin.n": 256})
+    assert ('key=["n"], prune_configs_by={"early_config_prune": lambda configs, args, **kw: [configs[0]] '
+            'if {**args, **kw}["n"] <= 256 else configs})') in new
+    own = inline.replace('key=["n"]', 'key=["n"], prune_configs_by={"early_config_prune": my_prune}')
+    assert not [n for n in knobs(own) if ".pin" in n]
+    # One config, or no key to bound the pin by: nothing to pin.
+    assert not [n for n in knobs(inline.replace(', triton.Config({"BLOCK": 128})', "")) if ".pin" in n]
+    assert not [n for n in knobs(inline.replace(', key=["n"]', "")) if ".pin" in n]
+
+
+def test_the_tuner_offers_a_pin_and_publish_recomputes_it() -> None:
+    path = "liger_kernel/ops/dyt.py"
+    src = upstream("liger_dyt.py")
+    _, cands = _propose(_solution(path, src, "liger_dyt"), n=200)
+    pin = next(c for c in cands if "_dyt_fwd_kernel:autotune.pin 0->1" in c.note)
+    new = pin.solution.sources[0].content
+    assert "[configs[0]] if {**args, **kw}[\"N\"] <= 4096 else configs" in new
+    params = {k.split("::", 1)[1]: v for k, v in pin.params.items()}
+    assert apply_setting(path, src, params, lineage=True) == new
+
+
 def test_a_heuristic_without_literals_is_scaled_in_place() -> None:
     # The shape of fla's heuristics with a tile computed by a call alone (no cap to move).
     src = textwrap.dedent('''
