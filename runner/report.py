@@ -16,7 +16,7 @@ from .screen import REJECTED
 from .tools import Analysis, bound_finding, render
 
 if TYPE_CHECKING:
-    from .optimize import Result, RunSettings
+    from .result import Result, RunSettings
 
 NOTHING_PROPOSED = "the programmer had nothing new to propose"
 """optimize's stop reason when the programmer returned no candidate at all."""

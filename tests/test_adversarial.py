@@ -318,6 +318,7 @@ def test_profiling_stages_split_the_childs_time_by_what_its_harness_reported() -
 def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A candidate of the search shares the Triton cache and could plant a slow build of the
     baseline there; the final gate's three evaluations use a fresh cache, removed afterwards."""
+    import kernelpro.runner.gate as gate_mod
     import kernelpro.runner.optimize as opt
     from kernelpro.runner.candidate import Candidate
     from kernelpro.runner.target import Target
@@ -328,7 +329,7 @@ def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatc
         seen.append(args[-1].cache_dir)  # type: ignore[attr-defined]
         return evaluate(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(opt, "evaluate", spy)
+    monkeypatch.setattr(gate_mod, "evaluate", spy)
     target = Target("swiglu", "python", ("cand.py",), "cand.py::run", SWIGLU, tuple(LOADS))
     base = Candidate(candidate("base", PY_TORCH), None, "init", "baseline")
     shared = tmp_path / "shared-cache"

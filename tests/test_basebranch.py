@@ -10,6 +10,7 @@ import git
 import pytest
 
 from kernelpro.cli import main
+from kernelpro.runner import gate as gate_mod
 from kernelpro.runner import optimize as optimize_mod
 from kernelpro.runner.basebranch import compare
 from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
@@ -72,6 +73,7 @@ def test_the_loop_measures_head_base_head_and_reports_that(tmp_path: Path, monke
         return real(definition, solution, *a, **k)
 
     monkeypatch.setattr(optimize_mod, "evaluate", spy)
+    monkeypatch.setattr(gate_mod, "evaluate", spy)  # the side-by-side comparison
     out = tmp_path / "out"
     assert main(["optimize", "--repo", str(root), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out)]) == 0
     # The search's own evaluations (head, then base), then the side-by-side run at the end.

@@ -16,6 +16,7 @@ import pytest
 from test_resume import Landscape, _target
 
 import kernelpro.runner.energy as energy
+import kernelpro.runner.gate as gate_mod
 import kernelpro.runner.memcheck as memcheck_mod
 import kernelpro.runner.optimize as loop
 from kernelpro.cli import main
@@ -46,6 +47,7 @@ def test_a_targets_timeout_reaches_the_search_gate_memcheck_base_comparison_and_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     rec = Recorder()
     monkeypatch.setattr(loop, "evaluate", rec)
+    monkeypatch.setattr(gate_mod, "evaluate", rec)  # the gate and the base comparison
     seen: dict[str, list[float]] = {"memcheck": [], "profile": [], "standby": []}
 
     class Clean:

@@ -1,0 +1,109 @@
+"""The final gate and the base-branch comparison: candidates measured side by side with the PR's kernel.
+
+The search ranks candidates on its own measurements; these checks re-measure after it, on fresh seeds
+and with more timed calls, interleaving both sides so drift in clocks or load falls on each.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .basebranch import BaseComparison
+from .basebranch import compare as compare_base
+from .candidate import Candidate
+from .evaluator import EvalSettings, Outcome, evaluate
+from .guard import GuardShape
+from .guard import check as check_guards
+from .pool import Schedule
+from .result import GateResult, RunSettings
+from .target import Target
+from .trace import Solution, Workload
+
+
+def home_of(schedule: Schedule | None) -> Callable[..., Any]:
+    """Runs fn(*args) on the pool's home GPU when there are several, here otherwise."""
+    return schedule.home if schedule is not None else lambda fn, *a: fn(*a)
+
+
+def interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workload, ...], es: EvalSettings,
+                 home: Callable[..., Outcome]) -> tuple[Outcome, Outcome, Outcome]:  # fmt: skip
+    """a, b, a again: drift between evaluations (clocks, heat, load) falls on both sides."""
+    first = home(evaluate, target.definition, a, workloads, target.tolerance, es)
+    other = home(evaluate, target.definition, b, workloads, target.tolerance, es)
+    return first, other, home(evaluate, target.definition, a, workloads, target.tolerance, es)
+
+
+def versus_base(target: Target, head: Candidate, base: Candidate, workloads: tuple[Workload, ...], s: RunSettings,
+                schedule: Schedule | None) -> BaseComparison:  # fmt: skip
+    """The PR's kernel against the base branch's, measured head, base, head after the search."""
+    # The search's seeds (their reference outputs are cached) and more timed calls, as in the gate.
+    with tempfile.TemporaryDirectory(prefix="kernelpro-versus-") as cache:
+        es = replace(s.evaluation, reps=max(s.evaluation.reps, 50), cache_dir=Path(cache))
+        return compare_base(*interleaved(target, head.solution, base.solution, workloads, es, home_of(schedule)),
+                            workloads, s.gamma)  # fmt: skip
+
+
+def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
+         s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None,
+         guards: tuple[Sequence[GuardShape], Sequence[str]] = ((), ())) -> GateResult:  # fmt: skip
+    """The final gate's verdict on ``cand`` against ``base``; ``floors`` are the roofline's lower bounds
+    (ms per workload uuid), ``guards`` the guard shapes and their notes (runner/guard.py)."""
+    # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
+    # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
+    # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
+    # of the baseline in the shared one (one planted now is undone by taking the faster baseline).
+    home = home_of(schedule)  # every gate step on one GPU
+    with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
+        es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
+                     cache_dir=Path(cache))  # fmt: skip
+        b, c, b2 = interleaved(target, base.solution, cand.solution, workloads, es, home)
+    if not b.passed or not b2.passed:
+        return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
+    if not c.passed:
+        return GateResult(cand, False, 0.0, (), f"{c.status} on more seeds: {c.log[:300]}")
+    rows: list[dict[str, Any]] = []
+    ok = True
+    logs = []
+    for w in workloads:
+        bt = [r.timing for o in (b, b2) for r in o.results if r.uuid == w.uuid and r.timing]
+        ct = next(r.timing for r in c.results if r.uuid == w.uuid and r.timing)
+        # Interleaved B-C-B: the candidate must beat the slower-looking side of neither.
+        b_med = min(t.median_ms for t in bt)
+        sp = b_med / ct.median_ms
+        lo = min(t.p10_ms for t in bt) / ct.p90_ms
+        hi = max(t.p90_ms for t in bt) / ct.p10_ms
+        ok &= sp >= s.gamma
+        logs.append(math.log(sp))
+        rows.append({"uuid": w.uuid, "axes": dict(w.axes), "baseline_ms": b_med,
+                     "baseline_p10_ms": min(t.p10_ms for t in bt), "baseline_p90_ms": max(t.p90_ms for t in bt),
+                     "candidate_ms": ct.median_ms, "candidate_p10_ms": ct.p10_ms, "candidate_p90_ms": ct.p90_ms,
+                     "speedup": sp, "speedup_low": lo, "speedup_high": hi, "n": ct.n,
+                     "timing_mode": ct.mode})  # fmt: skip
+    correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
+    speed = math.exp(sum(logs) / len(logs))
+    reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"
+    guarded = None
+    if ok and (guards[0] or guards[1]):  # shapes nobody listed must not get slower (runner/guard.py)
+        guarded = check_guards(target, base.solution, cand, guards[0], es, home, s.gamma, guards[1])
+        ok, reason = guarded.passed, guarded.reason
+    mc = None
+    if ok and es.device == "cuda" and s.memcheck:  # the slowest check, for a candidate that passed the rest
+        from .memcheck import memcheck
+
+        mc = home(memcheck, target.definition, cand.solution, workloads, replace(es, cache_dir=None), None)
+        if mc.blocks:
+            ok, reason = False, (f"compute-sanitizer memcheck found {mc.errors} error(s): {mc.detail[:300]}"
+                                 if mc.status == "errors" else
+                                 f"compute-sanitizer memcheck did not finish cleanly ({mc.detail[:300]}): refused")  # fmt: skip
+    # Faster than physics allows means the measurement or the check was fooled: never publish it.
+    impossible = [w.uuid for w, r in zip(workloads, rows, strict=True)
+                  if floors and floors.get(w.uuid) and float(r["candidate_ms"]) < 0.9 * floors[w.uuid]]  # fmt: skip
+    if impossible:
+        ok, reason = False, f"faster than the roofline allows on {', '.join(impossible)}: flagged, not published"
+    return GateResult(cand, ok, speed, tuple(rows), reason, correctness, None if mc is None else mc.to_json(),
+                      None if guarded is None else guarded.to_json())  # fmt: skip
