@@ -544,16 +544,16 @@ ENERGY_TOOLS = {"energy_bank_conflicts", "energy_register_spills", "energy_uncoa
 
 
 def test_every_tool_fires_on_some_real_case() -> None:
-    from test_tools_bound import SYNTHETIC_ONLY, WORK_FIRES
+    from test_tools_bound import FORMULA_FIRES, SYNTHETIC_ONLY, WORK_FIRES
 
-    fired = set().union(*FIRES.values(), *TIMELINE_FIRES.values(), *WORK_FIRES.values())
+    fired = set().union(*FIRES.values(), *TIMELINE_FIRES.values(), *WORK_FIRES.values(), *FORMULA_FIRES.values())
     assert fired | SYNTHETIC_ONLY == {t.name for t in registry()} and not fired & SYNTHETIC_ONLY
 
 
 def test_registry_has_every_tool_once_with_a_full_record() -> None:
     tools = registry()
     names = [t.name for t in tools]
-    assert len(tools) == 24 and len(set(names)) == len(names)
+    assert len(tools) == 25 and len(set(names)) == len(names)
     for source, expected in PAPER_TOOLS.items():
         assert expected <= {t.name for t in tools if t.source == source and not t.energy_only}
     assert {t.name for t in tools if t.energy_only} == ENERGY_TOOLS

@@ -46,6 +46,19 @@ WORK_FIRES: dict[str, set[str]] = {
     "poor": {"bound_mismatch", "instruction_overhead"},  # issue-bound at 45 % SM vs 22 % memory; 20.9 per unit
     "tuned": set(),  # memory-bound (84 %), 2.6 thread-instructions per unit
 }
+N = 1 << 24  # tests/fixtures/kernels/launch.py: floats per stream of the copy cases
+FORMULAS: dict[str, tuple[float, float]] = {
+    # each firing case's own formulas (flops, bytes) from its source in tests/fixtures/kernels
+    "clean": (N, 2 * 4 * N), "scalar_loads": (N, 2 * 4 * N), "uncoalesced": (N, 2 * 4 * N),
+    "bank_padded": (0, 2 * 4 * 4096**2), "bank_conflicts": (0, 2 * 4 * 4096**2),
+    "pointer_chase": (0, 528 * 128 * (256 * 4 + 4)),  # 256 dependent int loads and one store per thread
+}  # fmt: skip
+FORMULA_FIRES: dict[str, set[str]] = {
+    # the tools that need the formulas, exactly those that fire on each real firing case with its own formulas
+    "clean": set(), "scalar_loads": set(), "bank_padded": set(), "bank_conflicts": set(),
+    "uncoalesced": {"excess_traffic", "instruction_overhead"},  # 8.4x the bytes; i % rows, i / rows per element
+    "pointer_chase": {"excess_traffic"},  # a 32-byte sector for every 4-byte load: 9.6x
+}  # fmt: skip
 SYNTHETIC_ONLY = {"too_few_programs", "serial_dependency"}
 """Tools no recorded H200 case fires: shown on synthetic grids here, real fixtures to record (report)."""
 
@@ -300,6 +313,40 @@ def test_serial_dependency() -> None:
     assert g.expected_gain.endswith(f"; at most 1.60x on the whole call (Stage 1: {note})")
 
 
+def _formula(case: str) -> Profile:
+    flops, nbytes = FORMULAS[case]
+    return Profile(kernels=(_kernel(case),), work=Work("N", float(flops), float(nbytes), "memory", None, None, None))
+
+
+def test_work_tools_fire_exactly_on_the_real_firing_cases_with_their_formulas() -> None:
+    for case, expected in FORMULA_FIRES.items():
+        p = _formula(case)
+        fired = {t.name for t in registry() if t.needs_work and t.available(p) and t.run(p) is not None}
+        assert fired == expected, case
+
+
+def test_excess_traffic() -> None:
+    # Real: the strided copy reads every 128-byte line about 16 times (1.06 GB read for 67 MB of input).
+    f = _run("excess_traffic", _formula("uncoalesced"))
+    assert f is not None and f.severity == "critical"
+    assert f.title == "DRAM moves 8.4x the bytes the call needs (1127 MB for 134.2 MB)"
+    assert f.evidence["dram_read_bytes"] == 1059656704.0 and f.evidence["useful_bytes"] == 2 * 4 * N
+    assert f.evidence["arithmetic"] == "(1.06e+09 B read + 6.763e+07 B written) / 1.342e+08 B the formula needs = 8.40x"
+    assert f.evidence["current_bound"] == "memory" and f.evidence["est_speedup"] == 8.4  # time follows DRAM bytes
+    # Real quiet: the copies and the transpose move what their formulas say (writes read low: L2 holds dirty lines).
+    for case in ("clean", "scalar_loads", "bank_padded"):
+        assert _run("excess_traffic", _formula(case)) is None, case
+    assert _run("excess_traffic", _demo("tuned")) is None and _run("excess_traffic", _demo("poor")) is None
+    # A kernel not bound by memory gets no speed promise from less traffic (real barrier_stall, SYNTHETIC formula).
+    sync = Profile(kernels=(_kernel("barrier_stall"),), work=Work("N", 0.0, 1e5, "memory", None, None, None))
+    g = _run("excess_traffic", sync)
+    assert g is not None and "est_speedup" not in g.evidence and "latency-bound as written" in g.expected_gain
+    # Stage 1 caps it (SYNTHETIC cap 2x on the real uncoalesced launch).
+    capped = replace(_formula("uncoalesced"), work=Work("N", float(N), 8.0 * N, "memory", 0.0316, 0.29, 2.0, "x"))
+    h = next(x for x in run_tools(capped, "memory").findings if x.tool == "excess_traffic")
+    assert h.evidence["est_speedup"] == 2.0 and h.evidence["est_speedup_tool"] == 8.4
+
+
 # --- 3. the report says what happened ---------------------------------------------------------------
 
 
@@ -456,3 +503,5 @@ def test_the_new_findings_steer_the_tuner() -> None:
     assert _guided_order((finding("too_few_programs"),))[0] == ("block", -1)  # smaller tiles, more programs
     assert _guided_order((finding("instruction_overhead"),))[0] == ("block", +1)  # no masked lanes (demo's poor)
     assert _guided_order((finding("tail_effect"),)) == [("block", -1), ("tile", -1)]
+    assert _guided_order((finding("serial_dependency"),))[:2] == [("unroll", +1), ("num_stages", +1)]  # ILP, prefetch
+    assert _guided_order((finding("excess_traffic"),))[0] == ("tile", +1)  # reuse on chip

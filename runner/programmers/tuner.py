@@ -54,6 +54,10 @@ FINDING_MOVES: dict[str, tuple[tuple[str, int], ...]] = {
     "too_few_programs": (("block", -1), ("tile", -1), ("work", -1)),
     "tail_effect": (("block", -1), ("tile", -1)),
     "instruction_overhead": (("block", +1), ("vector", +1), ("num_warps", -1), ("work", +1)),
+    # a latency-bound chain: more independent work per thread (unroll, prefetch), then more programs beside it
+    "serial_dependency": (("unroll", +1), ("num_stages", +1), ("block", -1), ("work", -1)),
+    # bytes re-read from DRAM: larger tiles reuse each operand more on chip
+    "excess_traffic": (("tile", +1), ("block", +1)),
 }  # fmt: skip
 
 
