@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernelpro.cli import make_demo_repo, run_optimize
+from kernelpro.cli import make_demo_repo
+from kernelpro.pipeline import run_optimize
 from kernelpro.settings import Settings
 
 

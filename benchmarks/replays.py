@@ -45,7 +45,7 @@ from typing import Any
 import git
 import yaml
 
-from kernelpro.cli import run_optimize
+from kernelpro.pipeline import run_optimize
 from kernelpro.runner.basebranch import verdict as verdict_of
 from kernelpro.settings import Settings
 

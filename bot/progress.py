@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -41,9 +42,12 @@ from urllib.parse import urlsplit
 import requests
 from github import GithubException
 
+from kernelpro.settings import Settings
+
 from .artifact import MAX_ZIP_BYTES, ArtifactError, TargetResults, extract_results, load_results
 from .body import _safe_url, md, render_comment
 from .comment import CommentError, StickyComment
+from .event import Trigger
 
 __all__ = [
     "ARTIFACT_PREFIX",
@@ -56,6 +60,7 @@ __all__ = [
     "is_live",
     "live_marker",
     "render",
+    "watch",
 ]
 
 ARTIFACT_PREFIX = "kernelpro-result-"
@@ -348,3 +353,18 @@ class Watcher:
                          "publish job still writes the final state")  # fmt: skip
                 return last
             self.sleep(self.interval_s)
+
+
+def watch(settings: Settings, gh: Any, trigger: Trigger, targets: Sequence[str], files: Mapping[str, Sequence[str]], *,
+          interval_s: float = 30.0, max_s: float = 190 * 60.0, job_prefix: str = JOB_PREFIX,
+          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Snapshot | None:  # fmt: skip
+    """The progress job: keep the sticky comment of ``trigger``'s pull request live until this
+    workflow run's (``settings.run_id``) optimize jobs are done; ``targets`` and ``files`` are the
+    trusted plan job's outputs."""
+    repo = gh.get_repo(trigger.repo)
+    watcher = Watcher(repo.get_workflow_run(int(settings.run_id)), run_id=settings.run_id, targets=targets,
+                      allowed_files=files, sticky=StickyComment(repo, trigger.pr, bot_login=settings.bot_login, clock=clock),
+                      fetch=partial(download_artifact, settings.github_api_url, settings.github_token or "", trigger.repo),
+                      run_url=settings.run_url or None, job_prefix=job_prefix, interval_s=interval_s, max_s=max_s,
+                      sleep=sleep, clock=clock)  # fmt: skip
+    return watcher.watch()

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -15,8 +16,34 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kernelpro import __version__
+import git
+
+from kernelpro import __version__, pipeline
+from kernelpro.pipeline import Request
+from kernelpro.runner import confinement, reaper
+from kernelpro.runner.config import ConfigError, load_config
+from kernelpro.runner.evaluator import EvalSettings, evaluate, traces
+from kernelpro.runner.profile import Profile
+from kernelpro.runner.profile import ncu as ncu_report
+from kernelpro.runner.profile.sass import SassError, disassemble, parse_sass, uses_cublas
+from kernelpro.runner.profile.timeline import summarize
+from kernelpro.runner.programmers import REGISTRY, PluginError
+from kernelpro.runner.roofline import measured_class
+from kernelpro.runner.sandbox import SandboxError
+from kernelpro.runner.search import STRATEGIES
+from kernelpro.runner.smoke import import_warnings, smoke
+from kernelpro.runner.target import Tolerance
+from kernelpro.runner.tools import FEEDBACK_MODES, registry, render, run_tools
+from kernelpro.runner.trace import (
+    FormatError,
+    Workload,
+    append_jsonl,
+    load_definition,
+    load_solution,
+    load_workloads,
+)
 from kernelpro.settings import Settings
+from kernelpro.workspace import WorkspaceError
 
 
 class UsageError(Exception):
@@ -32,23 +59,17 @@ def _err(msg: str) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
-    from kernelpro.runner.config import ConfigError, load_config
-
     path = Path(args.path)
     if path.is_dir():
         path = path / ".kernelpro.yml"
     config = load_config(path, Path(args.repo) if args.repo else None)
     faults: list[str] = []
-    from kernelpro.runner.smoke import import_warnings
-
     for t in config.targets:
         for w in import_warnings(t, Path(args.repo) if args.repo else path.parent):
             print(f"warning: {w}")
         if args.run:
             # The smoke step `optimize` runs before any search: files, entry point, the reference on the
             # smallest workload (in the evaluator's reference child).
-            from kernelpro.runner.smoke import smoke
-
             root = Path(args.repo) if args.repo else path.parent
             found = smoke(t, root, settings.resolved_device(), t.budget.timeout_s)
             faults += [str(f) for f in found]
@@ -66,16 +87,6 @@ def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
-    from kernelpro.runner.evaluator import EvalSettings, evaluate, traces
-    from kernelpro.runner.target import Tolerance
-    from kernelpro.runner.trace import (
-        Workload,
-        append_jsonl,
-        load_definition,
-        load_solution,
-        load_workloads,
-    )
-
     definition = load_definition(args.definition)
     solution = load_solution(args.solution)
     if args.workloads:
@@ -126,243 +137,6 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 # --------------------------------------------------------------------------- optimize
 
 
-def _progress(settings: Settings, total: int, label: str) -> Any:
-    from tqdm import tqdm
-
-    # A bar only on a terminal: redrawn into a log (CI, a pipe, a file) it is noise. Without one, a
-    # line each time the search's best improves, and the caller's final line per kernel.
-    draw = settings.progress and sys.stderr.isatty() and not os.environ.get("NO_COLOR")
-    bar = tqdm(total=total, desc=label, unit="eval", disable=not draw, file=sys.stderr)
-    shown = {"best": 0.0}
-
-    def update(i: int, budget: int, scored: Any, best: float) -> None:
-        bar.total = budget
-        bar.update(1)
-        bar.set_postfix_str(f"last {scored.outcome.status}, best verified-in-search {best:.2f}x")
-        if not draw and best > shown["best"]:
-            shown["best"] = best
-            print(f"[{label}] evaluation {i}/{budget}: new best in the search {best:.2f}x "
-                  f"({scored.outcome.status})", file=sys.stderr)  # fmt: skip
-
-    update.close = bar.close  # type: ignore[attr-defined]
-    return update
-
-
-def _print_snippet(kernels: list[Any], snippet: Any) -> None:
-    if kernels:
-        print("Changed kernels without a harness; paste this into .kernelpro.yml:\n")
-        print(snippet(kernels))
-
-
-def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
-                 budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
-                 tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None,
-                 energy: str | None = None, cuda_graphs: bool = False) -> int:  # fmt: skip
-    from kernelpro.runner.programmers import load as load_programmer
-    from kernelpro.runner.search import get_strategy
-
-    get_strategy(search)
-    programmer = load_programmer(programmer_name, settings)
-    check = getattr(programmer, "check", None)
-    if callable(check):
-        # Before any evaluation: a dead endpoint, a rejected key or an unknown model ends the run here.
-        print(f"Checking the LLM endpoint {getattr(programmer, 'where', '')} and model {getattr(programmer, 'model', '')}")
-        check()
-    device = settings.resolved_device()
-    if tool_mode == "reactive" and feedback == "tools" and device != "cuda":
-        print("--tools reactive: there is no GPU, so no profile: the model is offered no profiling tool (only the "
-              "code search when KERNELPRO_CUTLASS_DIR is set). Run on a GPU with ncu for the tools.")  # fmt: skip
-    extractor = None
-    if memory and programmer_name == "llm":  # the configured model also keeps the search memory
-        from kernelpro.runner.extractor import LLMExtractor
-        from kernelpro.runner.programmers.llm import LLMProgrammer
-
-        assert isinstance(programmer, LLMProgrammer)
-        extractor = LLMExtractor(programmer.client, programmer.model)
-    with _gpu_pool(settings, device) as pool:
-        return _run_targets(repo, base, head, out, settings, kernel=kernel, budget=budget, programmer=programmer,
-                            search=search, feedback=feedback, tool_mode=tool_mode, memory=memory, device=device,
-                            pool=pool, candidates=candidates, extractor=extractor, energy=energy,
-                            cuda_graphs=cuda_graphs)  # fmt: skip
-
-
-def _gpu_pool(settings: Settings, device: str) -> Any:
-    """One evaluation worker per GPU when there are several; nothing (in-process evaluation) otherwise."""
-    import contextlib
-
-    from kernelpro.runner.pool import Pool, visible_gpus
-
-    if device != "cuda":
-        return contextlib.nullcontext(None)
-    import torch
-
-    gpus = visible_gpus(settings.gpus, os.environ, torch.cuda.device_count)
-    return Pool(gpus) if len(gpus) > 1 else contextlib.nullcontext(None)
-
-
-def _run_targets(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
-                 budget: int | None, programmer: Any, search: str, feedback: str, tool_mode: str, memory: bool,
-                 device: str, pool: Any, candidates: int | None, extractor: Any,
-                 energy: str | None, cuda_graphs: bool = False) -> int:  # fmt: skip
-    from kernelpro.bot.change import changed_files, changed_kernels, config_snippet
-    from kernelpro.runner.config import load_config
-    from kernelpro.runner.evaluator import EvalSettings
-    from kernelpro.runner.optimize import RunSettings, optimize
-    from kernelpro.runner.smoke import (
-        CONFIG_ERROR,
-        fault_report,
-        fault_result,
-        import_warnings,
-        is_reference_failure,
-        smoke,
-    )
-    from kernelpro.runner.tools import load_tool_file
-    from kernelpro.workspace import checkouts
-
-    out.mkdir(parents=True, exist_ok=True)
-    changed = changed_files(repo, base, head)
-    with checkouts(repo, base, head) as co:
-        # The configuration comes from the base branch: a pull request cannot change its own judge.
-        config_path, config_note = co.base / ".kernelpro.yml", "base branch"
-        if not config_path.exists():
-            config_path, config_note = co.head / ".kernelpro.yml", "pull request head (not on the base branch)"
-            if os.path.lexists(config_path):
-                from kernelpro.runner.checkout import read_source
-
-                read_source(co.head, ".kernelpro.yml")  # a symlink (to /proc/self/environ, say) is refused here
-        if not config_path.exists():
-            print("No .kernelpro.yml on the base branch or the head: nothing is configured.")
-            _print_snippet(changed_kernels(repo, base, head), config_snippet)
-            return 0
-        config = load_config(config_path, config_path.parent)
-        # Only the base branch's tools run: they execute in this process, outside the sandbox.
-        extra_tools = tuple(t for f in config.tools for t in load_tool_file(f)) if config_note == "base branch" else ()
-        if config.tools and not extra_tools:
-            print("The repository's own tools are ignored: they are not on the base branch.")
-        targets = [config.target(kernel)] if kernel else config.targets_for(changed)
-        if not targets:
-            print(f"No configured kernel changed between {base} and {head} ({len(changed)} files changed).")
-            _print_snippet(changed_kernels(repo, base, head), config_snippet)
-            return 0
-        print(f"kernelpro {__version__}: {len(targets)} target(s) on {device}; configuration from the {config_note}")
-        # The command line overrides the configuration; NVML is read only where there is a GPU.
-        energy_mode = energy or config.energy
-        meter = None
-        if energy_mode != "off" and device == "cuda":
-            from kernelpro.runner.energy import nvml_meter
-
-            meter = nvml_meter(device)
-        if energy_mode != "off":
-            print(f"Energy: {energy_mode}" + ("" if meter else " (no GPU: energy is not measured)"))
-        if device == "cpu":
-            print("No GPU: kernels run in Triton's interpreter on the CPU; timings are not GPU timings.")
-        reports, patches, summaries = [], [], []
-        failed: list[str] = []
-        config_faults: list[str] = []
-        trace_all = out / "trace.jsonl"
-        trace_all.write_text("")
-        for target in targets:
-            if target.language == "cuda" and device != "cuda":
-                print(f"{target.name}: skipped, CUDA targets need an NVIDIA GPU (this run is on the CPU); run on a "
-                      "GPU machine, or set KERNELPRO_DEVICE=cuda there")  # fmt: skip
-                continue
-            t_out = out / target.name
-            # Before any search: a fault of the configuration is reported as such, never as the PR kernel's status.
-            faults = smoke(target, co.head, device, target.budget.timeout_s)
-            for w in import_warnings(target, co.head):
-                print(f"kernelpro: warning: {w}", file=sys.stderr)
-            if faults:
-                t_out.mkdir(parents=True, exist_ok=True)
-                (t_out / "result.json").write_text(json.dumps(fault_result(target, device, faults), indent=2) + "\n")
-                (t_out / "report.md").write_text(fault_report(target, faults))
-                (t_out / "patch.diff").write_text("")
-                reports.append((t_out / "report.md").read_text())
-                summaries.append(json.loads((t_out / "result.json").read_text()))
-                config_faults.extend(str(f) for f in faults)
-                print(f"{target.name}: not optimized, its configuration does not match the code (below)")
-                continue
-            base_solution = None
-            if all((co.base / f).exists() for f in target.files):
-                try:
-                    base_solution = target.solution(co.base, name=f"{target.name}-base-branch")
-                except (OSError, ValueError):
-                    base_solution = None
-            rs = RunSettings(search=search, budget=budget, evaluation=EvalSettings(device=device, cuda_graphs=cuda_graphs,
-                                                                                 warm_server=settings.warm_server),
-                             feedback=feedback,
-                             tool_mode=tool_mode, extra_tools=extra_tools, memory=memory,
-                             per_step=candidates or RunSettings.per_step, energy=energy_mode)  # fmt: skip
-            rs = replace(rs, command=reproduce(repo, co.base_sha, co.head_sha, out, settings, device=device,
-                                               kernel=target.name, budget=budget or target.budget.evaluations,
-                                               programmer=programmer.name, settings_=rs, cuda_graphs=cuda_graphs))  # fmt: skip
-            progress = _progress(settings, budget or target.budget.evaluations, target.name)
-            try:
-                result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
-            finally:
-                progress.close()
-            for w in result.baseline.outcome.warnings:  # the installed copy ran, not the repository's files
-                print(f"kernelpro: warning: {target.name}: {w}", file=sys.stderr)
-            if is_reference_failure(result.baseline.outcome.log):
-                # The reference failed on a workload larger than the smoke step's: the configuration's fault too.
-                data = json.loads((t_out / "result.json").read_text())
-                data["baseline"]["status"] = CONFIG_ERROR
-                (t_out / "result.json").write_text(json.dumps(data, indent=2) + "\n")
-                config_faults.append(f"{target.name}: {result.stop_reason}")
-            reports.append((t_out / "report.md").read_text())
-            patches.append((t_out / "patch.diff").read_text())
-            summaries.append(json.loads((t_out / "result.json").read_text()))
-            with trace_all.open("a") as f:
-                f.write((t_out / "trace.jsonl").read_text())
-            if result.stop_reason.startswith(("the programmer failed", "every request to the LLM endpoint failed")):
-                failed.append(f"{target.name}: {result.stop_reason}")
-            w = result.winner
-            verdict = (f"verified speedup {w.speedup:.2f}x ({'; then '.join(summaries[-1]['winner']['lineage'])})" if w
-                       else f"the pull request's kernel stands ({result.stop_reason})")  # fmt: skip
-            print(f"{target.name}: {verdict}; {len(result.evaluated)} evaluations in {result.seconds:.0f} s")
-    (out / "report.md").write_text("\n\n---\n\n".join(reports))
-    (out / "patch.diff").write_text("".join(patches))
-    (out / "summary.json").write_text(json.dumps({"targets": summaries, "config": config_note}, indent=2) + "\n")
-    if reports:
-        print(f"Report: {out / 'report.md'}")
-    else:
-        print("No report: no target was optimized (see the reasons above).")
-    if config_faults:
-        for line in config_faults:
-            print(f"kernelpro: error: {line}", file=sys.stderr)
-        print("kernelpro: the configuration is at fault, not the pull request's kernel; `kernelpro check-config "
-              "--run` checks it again", file=sys.stderr)  # fmt: skip
-        return 2
-    if failed:
-        # The results are written, but a run whose programmer could not work is not a result: say why, non-zero.
-        for line in failed:
-            print(f"kernelpro: error: {line}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def reproduce(repo: Path, base: str, head: str, out: Path, settings: Settings, *, device: str, kernel: str,
-              budget: int, programmer: str, settings_: Any, cuda_graphs: bool) -> str:  # fmt: skip
-    """The command line that reruns one target's optimization exactly: the environment it reads (never the
-    key), the commits by SHA, and every switch with the value this run used."""
-    import shlex
-
-    env = [f"KERNELPRO_DEVICE={device}"]
-    if programmer == "llm":
-        from kernelpro.runner.programmers.llm import OPENAI_BASE_URL, _without_credentials
-
-        env += [f"KERNELPRO_LLM_BASE_URL={_without_credentials(settings.llm_base_url or OPENAI_BASE_URL)}",
-                f"KERNELPRO_LLM_MODEL={settings.llm_model}"]  # fmt: skip
-        if settings.llm_max_tokens:
-            env.append(f"KERNELPRO_LLM_MAX_TOKENS={settings.llm_max_tokens}")
-    args = ["kernelpro", "optimize", "--repo", str(repo), "--base", base, "--head", head, "--out", str(out),
-            "--kernel", kernel, "--budget", str(budget), "--programmer", programmer, "--search", settings_.search,
-            "--feedback", settings_.feedback, "--tools", settings_.tool_mode,
-            "--memory", "on" if settings_.memory else "off", "--candidates", str(settings_.per_step),
-            "--energy", settings_.energy, *(["--cuda-graphs"] if cuda_graphs else [])]  # fmt: skip
-    return shlex.join([*env, *args])
-
-
 def _check_budget(budget: int | None) -> None:
     """``--budget`` below 1 would fall back to the configuration's budget unnoticed (0 is falsy)."""
     if budget is not None and budget < 1:
@@ -379,18 +153,17 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
         print(f"--tools reactive offers the tools' findings; it needs --feedback tools, not {args.feedback}",
               file=sys.stderr)  # fmt: skip
         return 2
-    return run_optimize(Path(args.repo), args.base, args.head, Path(args.out), settings, kernel=args.kernel,
-                        budget=args.budget, programmer_name=args.programmer, search=args.search,
-                        feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
-                        candidates=args.candidates, energy=args.energy, cuda_graphs=args.cuda_graphs)  # fmt: skip
+    return pipeline.run(Request(Path(args.repo), args.base, args.head, Path(args.out), kernel=args.kernel,
+                                budget=args.budget, programmer=args.programmer, search=args.search,
+                                feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
+                                candidates=args.candidates, energy=args.energy, cuda_graphs=args.cuda_graphs),
+                        settings)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools, analyze
 
 
 def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
-    from kernelpro.runner.tools import registry
-
     tools = registry()
     rows = [{"name": t.name, "source": t.source, "required": list(t.required), "thresholds": dict(t.thresholds),
              "affinity": sorted(t.affinity), "energy_only": t.energy_only, "description": t.description}
@@ -408,29 +181,18 @@ def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
-    import subprocess
-
-    from kernelpro.runner.profile import Profile
-    from kernelpro.runner.profile.ncu import parse_csv
-    from kernelpro.runner.profile.sass import SassError, disassemble, parse_sass, uses_cublas
-    from kernelpro.runner.profile.timeline import summarize
-    from kernelpro.runner.roofline import measured_class
-    from kernelpro.runner.tools import render, run_tools
-
     if not (args.ncu_csv or args.ncu_rep or args.cubin or args.so or args.timeline or args.sass):
         raise UsageError("give at least one of --ncu-csv, --ncu-rep, --cubin, --so, --sass, --timeline")
     kernels: list[Any] = []
     if args.ncu_csv:
-        kernels = parse_csv(Path(args.ncu_csv).read_text())
+        kernels = ncu_report.parse_csv(Path(args.ncu_csv).read_text())
     if args.ncu_rep:
-        from kernelpro.runner.profile.ncu import find_ncu
-
-        ncu = find_ncu()
+        ncu = ncu_report.find_ncu()
         if ncu is None:
             raise UsageError("--ncu-rep needs Nsight Compute's ncu to read the report; export it where ncu exists "
                              "with `ncu --import F --csv --page raw > F.csv` and pass --ncu-csv")  # fmt: skip
         p = subprocess.run([ncu, "--import", args.ncu_rep, "--csv", "--page", "raw"], capture_output=True, text=True)
-        kernels = parse_csv(p.stdout)
+        kernels = ncu_report.parse_csv(p.stdout)
     if (args.ncu_csv or args.ncu_rep) and not kernels:
         raise UsageError("no kernel found in the ncu output: was it written with --csv (--page raw or --metrics)?")
     sass = None
@@ -467,8 +229,6 @@ def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
 def make_demo_repo(dest: Path, example: str = "demo") -> Path:
     """A bundled example (examples/demo: Triton, examples/cuda: a raw CUDA kernel) as a real git
     repository: commit 1 the configuration, commit 2 the kernel."""
-    import git
-
     root = resources.files("kernelpro.examples") / example
     kernel = "a CUDA SwiGLU kernel" if example == "cuda" else "a Triton SwiGLU kernel"
     repo = git.Repo.init(dest, initial_branch="main")
@@ -489,8 +249,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     with tempfile.TemporaryDirectory(prefix="kernelpro-demo-") as tmp:
         repo = make_demo_repo(Path(tmp) / "demo-kernels")
         print(f"Demo repository: 2 commits (configuration, then a SwiGLU Triton kernel); optimizing HEAD~1..HEAD -> {out}")
-        return run_optimize(repo, "HEAD~1", "HEAD", out, settings, kernel=None, budget=args.budget,
-                            programmer_name="tuner", search=args.search)  # fmt: skip
+        return pipeline.run(Request(repo, "HEAD~1", "HEAD", out, budget=args.budget, search=args.search), settings)
 
 
 # --------------------------------------------------------------------------- main
@@ -498,6 +257,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def _action(mode: str) -> Any:
     def run(args: argparse.Namespace, settings: Settings) -> int:
+        # The GitHub jobs bring PyGithub in: imported only for `kernelpro action`.
         from kernelpro import action
 
         return int(getattr(action, f"cmd_{mode}")(args, settings))
@@ -510,10 +270,6 @@ GRAPHS_HELP = ("time each call as a CUDA graph replay: the GPU time without the 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernelpro.runner.programmers import REGISTRY
-    from kernelpro.runner.search import STRATEGIES
-    from kernelpro.runner.tools import FEEDBACK_MODES
-
     p = argparse.ArgumentParser(prog="kernelpro", description="Makes GPU kernels faster and proves it.")
     p.add_argument("--version", action="version", version=f"kernelpro {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -629,17 +385,9 @@ UNCONFINED_HELP = ("run candidates even where their confinement (Landlock; a pid
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kernelpro.runner.config import ConfigError
-    from kernelpro.runner.programmers import PluginError
-    from kernelpro.runner.sandbox import SandboxError
-    from kernelpro.runner.trace import FormatError
-    from kernelpro.workspace import WorkspaceError
-
     args = build_parser().parse_args(argv)
     try:
         settings = Settings.from_env()
-        from kernelpro.runner import confinement
-
         confinement.allow_unconfined(settings.allow_unconfined or bool(getattr(args, "allow_unconfined", False)))
         if hasattr(args, "allow_unconfined"):  # a command that runs candidates: nothing imported after they ran
             confinement.preload()
@@ -652,8 +400,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _err(str(e))
     except BrokenPipeError:
         # `kernelpro tools list | head`: the reader went away; that is not an error.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:
@@ -674,8 +420,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _watched(args: argparse.Namespace, settings: Settings) -> int:
     """A command that runs candidates: nothing it starts outlives it, however it ends (runner/reaper.py)."""
-    from kernelpro.runner import reaper
-
     try:
         with reaper.watch():
             return int(args.fn(args, settings))

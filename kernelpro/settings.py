@@ -57,6 +57,23 @@ class Settings:
     warm_server: bool = True
     """Fork a target's candidates from a warm server that preloaded its imports (KERNELPRO_WARM_SERVER=0:
     never; the "before" row of benchmarks/corpus.py)."""
+    base_sha: str = ""
+    """The base commit the plan job resolved (KERNELPRO_BASE_SHA, its base_sha output): the optimize job's base."""
+    head_sha: str = ""
+    """The head commit the plan job approved (KERNELPRO_HEAD_SHA, its head_sha output): the optimize job's head."""
+    budget: int | None = None
+    """Evaluations per target from `/kernelpro retry --budget N` (KERNELPRO_BUDGET, the plan's budget output)."""
+    programmer: str = "tuner"
+    """Who writes candidates in the workflow (KERNELPRO_PROGRAMMER, the action's input): the optimize job runs
+    it; the publish job refuses a patch it cannot recompute unless it is llm (never read from the artifact)."""
+    pr_labels: tuple[str, ...] = ()
+    """Labels for the follow-up pull request (KERNELPRO_PR_LABELS, comma- or newline-separated)."""
+    pr_reviewers: tuple[str, ...] = ()
+    """Reviewers asked on the follow-up pull request (KERNELPRO_PR_REVIEWERS; ``org/team`` for a team)."""
+    no_color: bool = False
+    """NO_COLOR is set: no progress bar even on a terminal, a line per new best instead."""
+    visible_devices: str | None = None
+    """CUDA_VISIBLE_DEVICES as this process inherited it (None: unset, every GPU is visible)."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -85,6 +102,14 @@ class Settings:
             allow_unconfined=e.get("KERNELPRO_ALLOW_UNCONFINED", "").strip().lower() in ("1", "true", "yes"),
             llm_max_tokens=_positive(e, "KERNELPRO_LLM_MAX_TOKENS"),
             warm_server=e.get("KERNELPRO_WARM_SERVER", "1") != "0",
+            base_sha=e.get("KERNELPRO_BASE_SHA", ""),
+            head_sha=e.get("KERNELPRO_HEAD_SHA", ""),
+            budget=int(e["KERNELPRO_BUDGET"]) if e.get("KERNELPRO_BUDGET") else None,
+            programmer=e.get("KERNELPRO_PROGRAMMER", "tuner"),
+            pr_labels=names(e.get("KERNELPRO_PR_LABELS", "")),
+            pr_reviewers=names(e.get("KERNELPRO_PR_REVIEWERS", "")),
+            no_color=bool(e.get("NO_COLOR")),
+            visible_devices=e.get("CUDA_VISIBLE_DEVICES"),
         )
 
     def resolved_device(self) -> str:
@@ -95,6 +120,12 @@ class Settings:
         except ImportError:
             return "cpu"
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def names(value: str) -> tuple[str, ...]:
+    """A comma- or newline-separated list of labels or logins (``org/team`` for a team); a label may
+    hold spaces."""
+    return tuple(dict.fromkeys(x.strip() for x in value.replace("\n", ",").split(",") if x.strip()))
 
 
 def _positive(env: Mapping[str, str], name: str) -> int | None:

@@ -5,6 +5,7 @@ webhook payloads, and the real optimize loop on the CPU."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import time
@@ -364,10 +365,9 @@ def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.Mon
 
 
 def _optimize(w: World, s: Settings, base: str, head: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The optimize job for swiglu, for real on the CPU (budget 3), into results/kernelpro-result-0."""
-    monkeypatch.setenv("KERNELPRO_BASE_SHA", base)
-    monkeypatch.setenv("KERNELPRO_HEAD_SHA", head)
-    monkeypatch.setenv("KERNELPRO_BUDGET", "3")
+    """The optimize job for swiglu, for real on the CPU (budget 3), into results/kernelpro-result-0.
+    The plan job's outputs reach it as KERNELPRO_BASE_SHA, KERNELPRO_HEAD_SHA and KERNELPRO_BUDGET."""
+    s = dataclasses.replace(s, base_sha=base, head_sha=head, budget=3)
     out = w.tmp / "results" / "kernelpro-result-0"
     args = argparse.Namespace(target="swiglu", checkout=str(w.checkout), out=str(out))
     assert action.cmd_optimize(args, s) == 0

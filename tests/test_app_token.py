@@ -17,13 +17,12 @@ APP = "kernelpro-app[bot]"
 def test_an_app_token_writes_as_the_app_with_labels_and_reviewers(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     world.fake.token_user = APP  # every write made with this token is the App's
     world.fake.set_role(REPO, "bob", "write")
-    env = {"KERNELPRO_BOT_LOGIN": APP}
+    env = {"KERNELPRO_BOT_LOGIN": APP, "KERNELPRO_PR_LABELS": "performance, kernelpro bot",
+           "KERNELPRO_PR_REVIEWERS": "bob, octo/kernel-team"}  # the action's pr-labels and pr-reviewers
     s = world.settings("pull_request", labeled(world), **env)
     p = action.plan(s, world.checkout, world.fake.client(token="ghs_app_installation_token"))
     assert p.run
     _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
-    monkeypatch.setenv("KERNELPRO_PR_LABELS", "performance, kernelpro bot")
-    monkeypatch.setenv("KERNELPRO_PR_REVIEWERS", "bob, octo/kernel-team")
     msg = action.publish_results(s, world.checkout, world.tmp / "results",
                                  world.fake.client(token="ghs_app_installation_token"),
                                  push_url=world.origin.as_uri())  # fmt: skip

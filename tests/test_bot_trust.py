@@ -242,17 +242,17 @@ def test_the_publish_job_refuses_or_labels_a_tampered_patch(action_world: Action
     assert unified_diff(KERNEL, old, tuned) == (out / "swiglu" / "patch.diff").read_text()
     (out / "swiglu" / "patch.diff").write_text(unified_diff(KERNEL, old, f"import os\n{EVIL}\n{tuned}"))
 
-    def publish() -> str:
+    def publish(programmer: str) -> str:  # the workflow's KERNELPRO_PROGRAMMER
+        s = w.settings("pull_request", labeled(w), GITHUB_STEP_SUMMARY=str(w.tmp / "summary.md"),
+                       KERNELPRO_PROGRAMMER=programmer)  # fmt: skip
         return action.publish_results(s, w.checkout, w.tmp / "results", w.fake.client(),
                                       push_url=w.origin.as_uri(), head_sha=plan.head_sha)  # fmt: skip
 
-    monkeypatch.setenv("KERNELPRO_PROGRAMMER", "tuner")
     with pytest.raises(action.ActionError, match="is not the patch the winner's parameters give"):
-        publish()
+        publish("tuner")
     assert "is not the patch" in _sticky(w) and "Stopped" in _sticky(w)
     assert not [i for i in w.fake.repos[ACTION_REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
-    monkeypatch.setenv("KERNELPRO_PROGRAMMER", "llm")
-    assert publish().startswith("created:")
+    assert publish("llm").startswith("created:")
     (pr,) = [i for i in w.fake.repos[ACTION_REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
     assert pr.pull is not None and pr.pull.draft and (pr.body or "").startswith(f"**{MODEL_WRITTEN}**")
     assert _sticky(w).splitlines()[1].startswith(f"**{MODEL_WRITTEN}**")  # after the hidden marker
@@ -500,11 +500,10 @@ def test_the_workflow_uploads_a_copy_without_links(tmp_path: Path) -> None:
 
 def test_cmd_optimize_seals_what_it_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, _ = _results_dir(tmp_path)
-    import kernelpro.cli
+    import kernelpro.pipeline
 
-    monkeypatch.setattr(kernelpro.cli, "run_optimize", lambda *a, **k: 0)
-    monkeypatch.setenv("KERNELPRO_BASE_SHA", "a" * 40)
-    monkeypatch.setenv("KERNELPRO_HEAD_SHA", "b" * 40)
+    monkeypatch.setattr(kernelpro.pipeline, "run", lambda *a, **k: 0)
     rc = action.cmd_optimize(argparse.Namespace(target="swiglu", checkout=str(tmp_path), out=str(out)),
-                             Settings.from_env({"KERNELPRO_LLM_API_KEY": KEY}))  # fmt: skip
+                             Settings.from_env({"KERNELPRO_LLM_API_KEY": KEY, "KERNELPRO_BASE_SHA": "a" * 40,
+                                                "KERNELPRO_HEAD_SHA": "b" * 40}))  # fmt: skip
     assert rc == 1 and not (out / "swiglu" / "trace.jsonl").exists() and not (out / "keys").exists()

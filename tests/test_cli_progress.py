@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelpro.cli import _progress
+from kernelpro.pipeline import _progress
 from kernelpro.settings import Settings
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from kernelpro.bot.artifact import load_results
 from kernelpro.bot.publish import _Git, recompute
-from kernelpro.cli import make_demo_repo, run_optimize
+from kernelpro.cli import make_demo_repo
+from kernelpro.pipeline import run_optimize
 from kernelpro.runner.config import load_config
 from kernelpro.settings import Settings
 

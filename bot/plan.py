@@ -1,0 +1,288 @@
+"""The plan job (trusted; no PR code runs): whether the optimize jobs run, and on what.
+
+It decides whether to run at all (a label bound to the head SHA it was given on; `/kernelpro retry`
+only from writers, approving the head the writer looked at), resolves the targets from the **base**
+branch's configuration, says so in the sticky comment and the commit status, and returns the
+matrix. ``/kernelpro help|status|cancel`` are answered here and run nothing.
+
+The configuration is read by the caller's ``configured`` (kernelpro/action.py reads it with the
+runner's loader): bot/ never imports runner/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from github import GithubException
+
+from kernelpro.settings import Settings
+from kernelpro.workspace import checkouts
+
+from .body import code_block, md
+from .change import changed_files, changed_kernels, config_snippet
+from .command import live_run, reply
+from .comment import CommentError, StickyComment, progress_body
+from .event import Trigger
+from .job import ActionError, explain, fetch_pr, react, say_done, say_failed, status
+from .permission import can_retry
+from .progress import live_marker
+
+__all__ = ["Configured", "Plan", "plan", "retry_commit"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the plan job decided."""
+
+    run: bool
+    """Whether the optimize jobs should run."""
+    targets: tuple[str, ...]
+    """Target names (the matrix)."""
+    pr: int
+    """The pull request."""
+    head_sha: str
+    """The approved head commit."""
+    base_sha: str
+    """The base commit."""
+    budget: int | None
+    """Evaluations per target from `/kernelpro retry --budget N`."""
+    reason: str
+    """Why it runs or why not, for the log and the comment."""
+    files: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Target -> its kernel files, from the base branch's configuration (the progress job's
+    trusted list of what each target's results may patch)."""
+
+@dataclass(frozen=True)
+class Configured:
+    """The base branch's configuration as it bears on one pull request, read by the caller."""
+
+    known: tuple[str, ...] = ()
+    """Every configured target's name (empty when the configuration could not be read)."""
+    targets: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """The targets to optimize (the asked-for kernel, else those the change touched) -> their kernel files."""
+    error: str = ""
+    """Why the configuration, or the kernel asked for, cannot be used ('' when it can)."""
+    faults: tuple[str, ...] = ()
+    """Where the configuration does not match the pull request's code (read as text, nothing run)."""
+
+
+Configure = Callable[[Path, Path, str | None, Sequence[str]], Configured]
+"""(base branch folder, head folder, the kernel asked for or None, the changed files) -> Configured."""
+
+
+def plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configured: Configure) -> Plan:
+    """What the plan job decides for ``trigger`` (a kernelpro trigger), said on the pull request."""
+    if trigger.kind == "label" and trigger.is_fork:
+        return _fork_label(settings, gh, trigger)
+    try:
+        if trigger.kind in ("help", "status", "cancel", "invalid"):
+            return _answer(settings, gh, trigger)
+        return _plan(settings, checkout, gh, trigger, configured)
+    except (GithubException, CommentError) as e:
+        why = explain(e, "planning") if isinstance(e, GithubException) else f"planning failed: {e}"
+        say_failed(gh, trigger.repo, trigger.pr, settings, why)
+        raise ActionError(why) from e
+
+
+def _answer(settings: Settings, gh: Any, trigger: Any) -> Plan:
+    """``/kernelpro help|status|cancel`` and unusable commands: answered on the PR, nothing runs."""
+    repo = gh.get_repo(trigger.repo)
+    sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
+    body = sticky.current_body()
+    may_write = trigger.kind != "cancel" or can_retry(repo, trigger.sender)
+    done = reply(repo, trigger, sticky_body=body, may_write=may_write, label=settings.label)
+    run = live_run(body)
+    if trigger.kind == "cancel" and may_write and run is not None:
+        sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
+                                    reason=f"cancelled by {trigger.sender} (/kernelpro cancel); comment "
+                                    "/kernelpro retry to start again"), force=True)  # fmt: skip
+    if trigger.comment_id:
+        react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id),
+              "confused" if trigger.kind == "invalid" or not may_write else "+1")  # fmt: skip
+    return Plan(False, (), trigger.pr, "", "", None, done if trigger.kind != "invalid" else f"{done}: {trigger.error}")
+
+
+def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
+    """A label on a fork's pull request: GitHub gives this event a read-only token and no secrets,
+    so nothing could be published; a maintainer's `/kernelpro retry` runs with this repository's
+    token instead. Nothing runs; the comment is attempted (it succeeds only where the repository
+    sends write tokens to fork workflows) and the reason is in the log and the job summary."""
+    reason = (f"this pull request comes from a fork ({trigger.head_repo}): GitHub runs `pull_request` workflows "
+              "of forks with a read-only token and no secrets, so kernelpro cannot comment or publish from "
+              "this label. A maintainer can comment `/kernelpro retry` on the pull request instead: that "
+              "runs with this repository's token, after a permission check.")  # fmt: skip
+    try:
+        StickyComment(gh.get_repo(trigger.repo), trigger.pr, bot_login=settings.bot_login).update(
+            progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason),
+            force=True)  # fmt: skip
+    except (GithubException, CommentError) as e:
+        print(f"::notice title=kernelpro::{reason} (the comment could not be written: {e})")
+    return Plan(False, (), trigger.pr, trigger.head_sha or "", trigger.base_sha or "", None, reason)
+
+
+_HEAD_EVENTS = ("committed", "head_ref_force_pushed", "head_ref_restored")
+"""Timeline events that move a pull request's head."""
+
+
+def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
+    """The commit a writer's ``/kernelpro retry`` approves, or ("", a reply saying why none and how
+    to retry). ``/kernelpro retry <sha>`` approves that commit if it is still the head. A bare
+    retry approves the head the comment was made on: the PR's timeline (GitHub's order) must show
+    the current head before the comment and no push after it, the head's commit must not be dated
+    after the comment (a commit cannot be pushed before it was made), and the head repository's
+    activity log (server time, unlike commit dates) must record no update of the head branch after
+    the comment. Anything else is a head that moved after the maintainer looked: not approved."""
+    head, n = pr.head.sha, trigger.pr
+    again = f"Review the pull request at {head[:12]}, then comment `/kernelpro retry {head}` to optimize exactly that commit."
+    if trigger.head_sha:
+        if trigger.head_sha != head:
+            return "", (f"`/kernelpro retry {trigger.head_sha}` names a commit that is not the head of #{n} "
+                        f"(now {head[:12]}), so nothing runs. {again}")  # fmt: skip
+        return head, ""
+    before: list[str] = []
+    after: list[str] = []
+    found = False
+    for event in repo.get_issue(n).get_timeline():
+        data = event.raw_data if isinstance(event.raw_data, dict) else {}
+        kind = data.get("event")
+        if kind == "commented" and data.get("id") == trigger.comment_id:
+            found = True
+        elif kind in _HEAD_EVENTS:
+            sha = data.get("sha") or data.get("commit_id") or ""
+            (after if found else before).append(sha)
+            if kind == "committed" and sha == head:
+                committed = (data.get("committer") or {}).get("date") or ""
+                if found or _later(committed, trigger.comment_at):
+                    after.append(sha)
+    if not found:
+        return "", (f"kernelpro could not find this `/kernelpro retry` in the timeline of #{n}, so it cannot tell "
+                    f"which commit it approves and nothing runs. {again}")  # fmt: skip
+    if after or head not in before or _pushed_after(pr, trigger.comment_at):
+        return "", (f"The head of #{n} moved after this `/kernelpro retry` (it is now {head[:12]}): commits pushed "
+                    f"after a maintainer's comment are not approved by it, so nothing runs. {again}")  # fmt: skip
+    return head, ""
+
+
+def _pushed_after(pr: Any, when: str | None) -> bool:
+    """Whether the head repository's activity log (``GET /repos/{o}/{r}/activity``, server time)
+    records an update of the PR's head branch after ``when``. Commit dates and the timeline's
+    order of commits are the author's to choose; this is not. False when it cannot tell (the API
+    refused, or the fork is gone): the timeline's checks still apply."""
+    head_repo = pr.head.repo
+    if head_repo is None:
+        return False
+    try:
+        _, data = head_repo._requester.requestJsonAndCheck(
+            "GET", f"{head_repo.url}/activity",
+            parameters={"ref": f"refs/heads/{pr.head.ref}", "direction": "desc", "per_page": 100})  # fmt: skip
+    except GithubException:
+        return False
+    return any(isinstance(a, dict) and _later(str(a.get("timestamp", "")), when) for a in data or [])
+
+
+def _later(when: str, than: str | None) -> bool:
+    """Whether ISO time ``when`` is after ``than``; True when either cannot be read (fail closed)."""
+    try:
+        return datetime.fromisoformat(when.replace("Z", "+00:00")) > datetime.fromisoformat(
+            (than or "").replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return True
+
+
+def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configured: Configure) -> Plan:
+    repo = gh.get_repo(trigger.repo)
+    pr = repo.get_pull(trigger.pr)
+    sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
+    if trigger.kind == "retry":
+        issue_comment = repo.get_issue(trigger.pr).get_comment(trigger.comment_id)
+        if not can_retry(repo, trigger.sender):
+            react(issue_comment, "confused")
+            repo.get_issue(trigger.pr).create_comment(
+                f"Thanks! `/kernelpro retry` runs code from this pull request on a GPU runner, so it is only "
+                f"honoured from people with write access to {trigger.repo}. A maintainer can start it."
+            )
+            return Plan(
+                False,
+                (),
+                trigger.pr,
+                pr.head.sha,
+                pr.base.sha,
+                None,
+                "retry refused: no write access",
+            )
+        head_sha, refused = retry_commit(repo, pr, trigger)
+        if refused:
+            react(issue_comment, "confused")
+            repo.get_issue(trigger.pr).create_comment(refused)
+            return Plan(False, (), trigger.pr, pr.head.sha, pr.base.sha, None, refused)
+        react(issue_comment, "eyes")
+    else:
+        head_sha = trigger.head_sha or pr.head.sha
+        if pr.head.sha != head_sha:
+            reason = (f"commits were pushed after the `{settings.label}` label was added (labelled {head_sha[:10]}, "
+                      f"head now {pr.head.sha[:10]}); they are not approved. Re-apply the label or comment "
+                      "`/kernelpro retry` to optimize the new head.")  # fmt: skip
+            say_done(sticky, reason)
+            return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason)
+    base_sha = pr.base.sha
+    fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, base_sha))
+    changed = changed_files(checkout, base_sha, head_sha)
+    with checkouts(checkout, base_sha, head_sha) as co:
+        cfg_path = co.base / ".kernelpro.yml"
+        if not cfg_path.exists():
+            kernels = changed_kernels(checkout, base_sha, head_sha)
+            reason = "no `.kernelpro.yml` on the base branch: nothing is configured."
+            say_done(sticky, reason, kernels, config_snippet)
+            return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+        read = configured(co.base, co.head, trigger.kernel, changed)
+    if read.error:
+        if trigger.kernel and read.known and trigger.kernel not in read.known:
+            # A typo in the command, not a broken configuration: answer the command with the names.
+            bad = replace(trigger, kind="invalid", error=f"--kernel {trigger.kernel}: no kernel of that name is "
+                          "configured in the base branch's .kernelpro.yml")  # fmt: skip
+            reply(repo, bad, sticky_body=None, may_write=True, label=settings.label,
+                  known_kernels=list(read.known))  # fmt: skip
+            react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id), "confused")
+            return Plan(False, (), trigger.pr, head_sha, base_sha, None, bad.error)
+        reason = "the base branch's .kernelpro.yml is invalid (the error below); fix it on the base branch"
+        say_done(sticky, reason, detail=read.error)
+        return Plan(False, (), trigger.pr, head_sha, base_sha, None, f"{reason}: {read.error}")
+    if not read.targets:
+        kernels = changed_kernels(checkout, base_sha, head_sha)
+        reason = "no configured kernel changed in this pull request."
+        say_done(sticky, reason, kernels, config_snippet)
+        return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+    # Read as text, nothing run: a configuration that names a file or function the pull request does not
+    # have is the configuration's fault, said here, not a failure of the PR's kernel on the GPU runner.
+    if read.faults:
+        reason = ("the base branch's .kernelpro.yml does not match this pull request's code, so nothing was run "
+                  "(the configuration is at fault, not the kernel): " + " ".join(read.faults).rstrip("."))  # fmt: skip
+        say_done(sticky, reason)
+        return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+    names = tuple(name for name, _ in read.targets)
+    queued = progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None)
+    queued += f"\nWill be optimized: {', '.join(md(n, 100) for n in names)}.\n"
+    covered = {f for _, files in read.targets for f in files}
+    uncovered = [] if trigger.kernel else [k for k in changed_kernels(checkout, base_sha, head_sha)
+                                           if k.path not in covered]  # fmt: skip
+    if uncovered:
+        queued += ("\nThese changed kernels have no harness, so they are not optimized. Add this to `.kernelpro.yml` "
+                   "on the base branch and fill in the marked fields:\n\n"
+                   + code_block(config_snippet(uncovered), "yaml") + "\n")  # fmt: skip
+    # The live marker lets the progress job edit this comment until publish writes the final state.
+    sticky.update(queued + (live_marker(settings.run_id) + "\n" if settings.run_id else ""), force=True)
+    status(repo, head_sha, "pending", f"optimizing {len(names)} kernel(s)", settings.run_url or None)
+    return Plan(
+        True,
+        names,
+        trigger.pr,
+        head_sha,
+        base_sha,
+        trigger.budget,
+        f"optimizing {', '.join(names)}",
+        read.targets,
+    )
