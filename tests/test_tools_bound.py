@@ -456,7 +456,9 @@ def test_recorded_serial_loop_fires_serial_dependency_and_its_tiled_control_does
     floor_ms = nbytes / (default_ceilings("NVIDIA H200", ["float32"]).bandwidth_gbs * 1e9) * 1e3
     work = Work("rows", float(rows * row_len), nbytes, "memory", floor_ms, ms, ms / floor_ms,
                 f"{ms:.4g} ms measured / {floor_ms:.4g} ms floor = {ms / floor_ms:.2f}x")  # fmt: skip
-    assert tiled_ms >= 0.9 * floor_ms  # the bound is physics: the control does not beat it
+    # The bound is physics: the control does not beat it (the floor uses the 4.25 TB/s the H200 reaches; even
+    # its 4.8 TB/s peak would be 0.885 of the floor).
+    assert tiled_ms >= 0.85 * floor_ms
     a = run_tools(replace(serial, work=work), "memory")
     by = {x.tool: x for x in a.findings}
     assert by["bound_mismatch"].title == "should be memory-bound, reaches neither roof"
