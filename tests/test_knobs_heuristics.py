@@ -359,6 +359,38 @@ def test_tuned_flashinfer_rms_norm_runs_in_the_interpreter(tmp_path: Path) -> No
     assert proc.stdout.strip() == "ok"
 
 
+@pytest.mark.gpu
+def test_a_pinned_liger_dyt_runs_its_config_within_the_bound_and_autotunes_past_it(tmp_path: Path) -> None:
+    """Liger's DyT as published (its liger_kernel imports from the installed wheel), pinned to configs[4]
+    up to N=4096: at N=4096 Triton runs that config without benchmarking, at N=8192 it times the whole
+    list of 18; both outputs are correct."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
+    pytest.importorskip("liger_kernel")
+    (tmp_path / "dyt_pinned.py").write_text(check_patch(upstream("liger_dyt.py"), {"_dyt_fwd_kernel:autotune.pin": 5}))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("dyt_pinned")
+    finally:
+        sys.path.remove(str(tmp_path))
+    kernel = module._dyt_fwd_kernel
+    for n, benchmarked in ((4096, False), (8192, True)):
+        x = torch.randn(64, n, device="cuda", dtype=torch.bfloat16)
+        alpha = torch.tensor([0.7], device="cuda", dtype=torch.bfloat16)
+        gamma, beta = torch.randn(n, device="cuda", dtype=torch.bfloat16), torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        kernel.configs_timings = None
+        y = module.liger_dyt_fwd(x, alpha, gamma, beta)
+        want = (gamma.float() * torch.tanh(alpha.float() * x.float()) + beta.float()).to(x.dtype)
+        torch.testing.assert_close(y, want, atol=2e-2, rtol=2e-2)
+        if benchmarked:
+            assert kernel.configs_timings is not None and len(kernel.configs_timings) == 18
+        else:
+            assert kernel.configs_timings is None  # one config kept: no benchmark ran
+            assert kernel.best_config.kwargs["BLOCK_N"] == 1024 and kernel.best_config.num_warps == 8
+            assert kernel.best_config.num_stages == 2
+
+
 # --------------------------------------------------------------------------- on the GPU: the real optimize path
 
 # Upstream launcher files as published, at the repository root (so the candidate's copy is the one
