@@ -407,7 +407,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
     ]
     tol = (
         "; ".join(f"{md(x.dtype, 32)} atol={x.atol:g} rtol={x.rtol:g}" for x in t.tolerances)
-        or "as in the artifact's report.md"
+        or "not recorded in result.json (written by an older kernelpro); see the artifact's report.md"
     )
     libs = _libs(t)
     return {

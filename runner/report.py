@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from kernelpro import __version__
+from kernelpro.schema import Ceilings, CurvePoint, Gate, Tolerance
 from kernelpro.templates import environment
 
 from .energy import PLACEMENT
@@ -89,7 +90,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
     for i, s in enumerate(result.evaluated, 1):
         if s.outcome.passed:
             best_so_far = max(best_so_far, s.speedup)
-        curve.append({"evaluation": i, "best_speedup": round(best_so_far, 4), "status": s.outcome.status})
+        curve.append(CurvePoint(i, round(best_so_far, 4), s.outcome.status).to_json())
     w = result.winner
     return {
         "kernelpro_version": __version__,
@@ -130,8 +131,10 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             "memcheck": w.memcheck,
             "guards": w.guards,
         },
-        "gates": [{"solution": g.candidate.solution.name, "passed": g.passed, "speedup": g.speedup,
-                   "reason": g.reason, "memcheck": g.memcheck, "guards": g.guards} for g in result.gates],  # fmt: skip
+        "gates": [{**Gate(g.candidate.solution.name, g.passed, g.speedup, g.reason).to_json(),
+                   "memcheck": g.memcheck, "guards": g.guards} for g in result.gates],  # fmt: skip
+        # What the gate compared outputs with; the bot reads it here, never from report.md's text.
+        "tolerances": [t.to_json() for t in tolerances(result)],
         "curve": curve,
         "feedback": settings.feedback,
         "tool_mode": settings.tool_mode,
@@ -211,8 +214,8 @@ def stage1_json(a: ReferenceAnalysis | None) -> dict[str, Any] | None:
             "issue_pct": c.issue_pct, "pipe": c.pipe, "pipe_pct": c.pipe_pct,
             "achieved_occupancy_pct": c.achieved_occupancy_pct, "theoretical_occupancy_pct": c.theoretical_occupancy_pct,
             "grid": c.grid, "block": c.block, "sms": c.sms, "sms_source": c.sms_source, "waves": c.waves},
-        "ceilings": None if a.ceilings is None else {"gpu": a.ceilings.gpu, "bandwidth_gbs": a.ceilings.bandwidth_gbs,
-                                                    "flops_tflops": a.ceilings.flops_tflops, "source": a.ceilings.source},
+        "ceilings": None if a.ceilings is None else Ceilings(a.ceilings.gpu, a.ceilings.bandwidth_gbs,
+                                                             a.ceilings.flops_tflops, a.ceilings.source).to_json(),
         "workloads": [{"uuid": b.uuid, "axes": dict(b.axes), "flops": b.flops, "bytes": b.bytes, "intensity": b.intensity,
                        "floor_ms": b.floor_ms, "baseline_ms": b.measured_ms, "pct_of_roofline": b.pct_of_roofline,
                        "max_speedup": b.max_speedup} for b in a.workloads],
@@ -249,8 +252,14 @@ def render_report(result: Result, settings: RunSettings, patch: str = "") -> str
         axes={w.uuid: ", ".join(f"{k}={v}" for k, v in w.axes.items())
               for w in result.target.workloads_for(result.device)},  # fmt: skip
         patch=patch,
-        # By dtype, or by output when the configuration sets some per output.
-        tolerance={n: result.target.tolerance.for_output(n, o.dtype) for n, o in result.target.definition.outputs.items()}
-        if result.target.tolerance.outputs else {d: result.target.tolerance.for_dtype(d) for d in
-                   sorted({o.dtype for o in result.target.definition.outputs.values()})},  # fmt: skip
+        tolerance={t.dtype: (t.atol, t.rtol) for t in tolerances(result)},
     )
+
+
+def tolerances(result: Result) -> tuple[Tolerance, ...]:
+    """The tolerances the gate applied, for result.json and report.md alike: by output dtype, or by
+    output name when the configuration sets some per output."""
+    tol, outputs = result.target.tolerance, result.target.definition.outputs
+    if tol.outputs:
+        return tuple(Tolerance(n, *tol.for_output(n, o.dtype)) for n, o in outputs.items())
+    return tuple(Tolerance(d, *tol.for_dtype(d)) for d in sorted({o.dtype for o in outputs.values()}))

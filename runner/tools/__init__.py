@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kernelpro.schema import SEVERITIES
+
 from ..profile import Profile
 from ..roofline import ReferenceAnalysis
 
-SEVERITIES = ("critical", "high", "medium", "low")
 CLASSES = ("compute", "memory", "latency", "mixed")
 ALL_CLASSES = frozenset(CLASSES)
 
@@ -30,7 +31,7 @@ class Finding:
     tool: str
     """Name of the tool that produced it."""
     severity: str
-    """critical | high | medium | low."""
+    """One of SEVERITIES (kernelpro/schema.py: the bot refuses any other)."""
     title: str
     """One line: what is wrong."""
     evidence: Mapping[str, Any]
