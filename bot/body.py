@@ -194,6 +194,27 @@ _MEMCHECK = {
 }
 
 
+def _guards(w: Winner) -> tuple[str, list[dict[str, str]], list[str]]:
+    """The winner's guard shapes for the body: a one-line verdict (with the range of PR/candidate
+    ratios), a row per shape, and the notes on shapes not derived. A reviewer sees which sizes
+    beyond the configured workloads were timed, so 'faster' is not read as 'faster everywhere'."""
+    g = w.guards
+    if g is None:
+        return "none timed (turned off, or written by an older kernelpro)", [], []
+    ratios = [s.speedup for s in g.shapes if s.speedup is not None]
+    span = f" (PR / candidate {_x(min(ratios))} to {_x(max(ratios))})" if ratios else ""
+    line = (f"{len(ratios)} shape(s) beyond the listed workloads, none slower than the PR's kernel beyond the "
+            f"noise{span}") if ratios else "no shape beyond the listed workloads could be timed"  # fmt: skip
+    if g.skipped:
+        line += f"; {len(g.skipped)} not judged (the PR's kernel fails there)"
+    rows = [{"axes": md(s.axes, 80), "why": md(s.why, 120), "baseline": _ms(s.baseline_ms), "best": _ms(s.candidate_ms),
+             "ratio": _x(s.speedup), "noise": "n/a" if s.noise is None else f"{s.noise:.3f}",
+             "verdict": md(s.verdict, 40)} for s in g.shapes[:40]]  # fmt: skip
+    rows += [{"axes": md(s.axes, 80), "why": md(s.why, 120), "baseline": "-", "best": "-", "ratio": "-", "noise": "-",
+              "verdict": "not judged: " + md(s.reason, 120)} for s in g.skipped[:20]]  # fmt: skip
+    return line, rows, [md(n, 300) for n in g.notes[:10]]
+
+
 def _base_branch(t: TargetResults, short: bool = False) -> str:
     """The PR's kernel against the base branch's: a sentence for the PR body, or ``short`` for a
     table cell of the comment. One reading of the runner's verdict for both."""
@@ -348,7 +369,11 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
     if w is not None:
         base_g = _geomean(x.baseline_ms for x in w.workloads)
         best_g = _geomean(x.candidate_ms for x in w.workloads)
+        guard_line, guard_rows, guard_notes = _guards(w)
         winner = {
+            "guards": guard_line,
+            "guard_rows": guard_rows,
+            "guard_notes": guard_notes,
             "speedup": _x(w.speedup),
             "gate": _gate_text(w),
             "baseline_time": f"{_ms(base_g)} ms" if base_g else "n/a",
@@ -494,6 +519,7 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
         "headlines": [_headline(t) for t in results.targets],
         "n_targets": len(results.targets),
         "cpu": [_name(t) for t in results.targets if not t.gpu_timings],
+        "guarded": any(t.winner.guards is not None and t.winner.guards.shapes for t in results.winners if t.winner),
         "kernels": [_kernel(t, head, base, url) for t in results.targets],
         "not_measured": NOT_MEASURED,
         "model_label": model_label(model_written) if model_written else None,
