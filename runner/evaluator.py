@@ -522,7 +522,8 @@ class _OutputJudge:
 def child_warnings(build: Mapping[str, Any]) -> tuple[str, ...]:
     """The child's warnings (IMPORT_MISMATCH), as the candidate's process wrote them: its words, so
     at most 8, each one line of at most 600 characters. A line break would let a module path the
-    candidate chose start a line of report.md of its own (``Tolerances: ...``, which the bot reads)."""
+    candidate chose start a line of report.md of its own that a reader takes for kernelpro's (the bot
+    no longer parses report.md: its tolerances come from result.json, kernelpro/schema.py)."""
     raw = build.get("warnings")
     return tuple(" ".join(str(w).split())[:600] for w in raw[:8]) if isinstance(raw, list) else ()
 
