@@ -91,6 +91,11 @@ step() {  # one step; its files under $base/$1
                   "$repo/tests/test_knobs_heuristics.py" ;;
     gpu-demos) KERNELPRO_ARTIFACTS="$out" timeout 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu_publish.py" "$repo/tests/test_llm_cli.py" ;;
+    demo8) timeout 330 python3 -c 'import sys; from kernelpro.cli import main; sys.exit(main(sys.argv[1:]))' \
+             demo --budget 8 --out "$out/demo"; echo "demo exit $?"
+           find "$out/demo" -name report.md -exec grep -h -i -E "time by stage|wall|speedup|guard" {} + | head -30 ;;
+    t1-rest) KERNELPRO_ARTIFACTS="$out" timeout 400 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
+               "$repo/tests/test_gpu.py" -k "(${tiers[t1]}) and not demo" ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     confine) timeout 300 python3 "$repo/benchmarks/confinement.py" --device cuda --out "$out/confinement.json" ;;
     overhead16) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;

@@ -455,7 +455,9 @@ class _OutputJudge:
         self.n_checks, self.timed = len(phase.checks), True
         return True
 
-    def advance(self, final: bool = False) -> None:
+    def advance(self, final: bool = False, quiet: threading.Lock | None = None) -> None:
+        """Judge the files complete so far; with ``quiet`` (the timing channel's, while the child
+        runs) each comparison holds it and stops where the child is timing."""
         while not self.finished:
             if self.done == len(self.jobs) and not self._timed_jobs(final):
                 return
@@ -467,12 +469,26 @@ class _OutputJudge:
                 if final:
                     self.failed = _Verdict("RUNTIME_ERROR", f"the candidate's process produced no outputs for {where}")
                 return
+            if quiet is not None and not quiet.acquire(blocking=False):
+                return  # the child is timing: this judge's work waits
             try:
                 self._judge(path, want, want64, where)
+                if quiet is not None:
+                    self._settle()
             except Exception as e:  # noqa: BLE001 - a verdict, or a file the candidate wrote that is garbage
                 self.failed = e
                 return
+            finally:
+                if quiet is not None:
+                    quiet.release()
             self.done += 1
+
+    def _settle(self) -> None:
+        """Finish this judge's queued GPU work before letting the child time."""
+        if self.device != "cpu":
+            import torch
+
+            torch.cuda.synchronize()
 
     def _judge(self, path: Path, want: Any, want64: Any, where: dict[str, Any]) -> None:
         from .comparison import compare
@@ -568,7 +584,7 @@ def _follow(judges: Sequence[_OutputJudge], keeper: Timekeeper) -> None:
     if keeper.in_phase:
         return
     for j in judges:
-        j.advance()
+        j.advance(quiet=keeper.quiet)
         if not j.finished:
             return
 

@@ -244,7 +244,12 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
         return {"uuid": s.workload.uuid, "axes": dict(s.workload.axes), "why": s.why}
 
     with tempfile.TemporaryDirectory(prefix="kernelpro-guard-") as cache:
-        es = replace(es, cache_dir=Path(cache))
+        # One verification trial and one secret check per shape and run: the listed workloads had the
+        # full verification in the gate; here the reference is recomputed for each of the three runs
+        # (its seed pool is sized for one run when outputs are large), and on the H200 the demo's guard
+        # shapes with 3 trials and 5 checks moved ~19 GB of outputs through files per run, which
+        # timed the GPU tier out (benchmarks/results-h200-session10).
+        es = replace(es, cache_dir=Path(cache), trials=min(es.trials, 1), checks=min(es.checks, 1))
 
         def run(sol: Solution) -> Outcome:
             return home(evaluate, target.definition, sol, [s.workload for s in pending], target.tolerance, es)

@@ -60,6 +60,14 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
+_gpu_sleep = torch.cuda._sleep
+# Cycles the GPU spins before each timed call's start event (about 100 us at the H200's 1.98 GHz):
+# the host enqueues the call meanwhile, so the events time the GPU's work, not the host's launch
+# (nvbench's blocking kernel). Without it a ~10 us kernel's time was mostly Python launch latency,
+# whatever else the CPU did: an A/A of the demo at M=512 called the copy faster in 33 of 100 rows
+# (benchmarks/results-h200-session10). The calibration phase spins too, so the parent's wall check
+# counts the spin as the loop's own cost.
+HOLD_CYCLES = 200_000
 _clone_tensor = torch.Tensor.clone
 _data_ptr = torch.Tensor.data_ptr
 _fstat, _read, _write, _select = os.fstat, os.read, os.write, select.select
@@ -816,8 +824,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
           checks: tuple[Path, int, list[str]] | None, kind: str = "time",
           _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call, _record: Any = _record,
           _elapsed: Any = _elapsed, _synchronize: Any = _synchronize, _perf_counter: Any = _perf_counter,
-          _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot, _summary: Any = _summary,
-          _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:  # fmt: skip
+          _gpu_sleep: Any = _gpu_sleep, _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot,
+          _summary: Any = _summary, _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:  # fmt: skip
     """Median of per-call times (each call, or with ``timing.graphs`` each CUDA graph replay of it).
 
     Inputs rotate among buffer sets re-randomised in place before every call (same pointers, new
@@ -879,6 +887,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             if flush is not None:
                 s, e = pairs[i]
                 flush.zero_()
+                _gpu_sleep(HOLD_CYCLES)
                 _record(s)
                 if isinstance(graphs, list):
                     # Refilled in place above: the graph reads the new values through the same pointers.

@@ -94,6 +94,12 @@ class Timekeeper:
         self.problem: str | None = None
         """The first protocol violation seen, naming it; the child's timings are then void."""
         self._thread: threading.Thread | None = None
+        self.quiet = threading.Lock()
+        """Held by the parent's judge for each output it compares while the child runs, and by this
+        channel from a phase's start until its end: the parent's GPU and CPU work never overlaps the
+        child's timed calls (a judge on the GPU is another CUDA context, which the GPU time-slices
+        with the child's)."""
+        self._holding = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -191,6 +197,17 @@ class Timekeeper:
             self._fail(f"TIMING_PROTOCOL: unreadable announcement from the child: {type(e).__name__}: {e}"[:500])
         finally:
             self._open = None
+            self._let_go()
+
+    def _hold(self) -> None:
+        """Before a phase's seeds go out: wait for the judge's current comparison to finish (it
+        holds ``quiet`` for one file at most); a judge stuck beyond a minute is not waited for."""
+        self._holding = self.quiet.acquire(timeout=60.0)
+
+    def _let_go(self) -> None:
+        if self._holding:
+            self._holding = False
+            self.quiet.release()
 
     def _fail(self, why: str) -> None:
         if self.problem is None:
@@ -235,6 +252,7 @@ class Timekeeper:
             for j, pos in enumerate(checks):
                 seeds[pos] = pool[j]
             self._open = {"kind": kind, "w": wi, "reps": reps, "checks": checks, "next": 0, "digests": {}}
+            self._hold()
             self._send({"seeds": seeds})
             self._open["t0"] = time.perf_counter()  # from the seeds on: the child can start no earlier
         elif key == "c":
@@ -260,6 +278,7 @@ class Timekeeper:
             with self._lock:
                 self._phases.append(phase)
             self._open = None
+            self._let_go()
         else:
             raise ValueError(f"unknown message {key!r}")
 

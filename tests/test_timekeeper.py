@@ -125,3 +125,71 @@ def test_protocol_violations_void_the_timing(keeper: tuple[Timekeeper, Child], w
     _settle(k)
     why = k.consistent(0) or ""
     assert why.startswith("TIMING_PROTOCOL"), why
+
+
+def test_a_phase_starts_only_once_the_judge_is_quiet_and_holds_it_until_its_end(keeper: tuple[Timekeeper, Child]) -> None:
+    """The parent's judge (another CUDA context when it judges on the GPU) must not run while the
+    child times: the seeds that start a phase wait for the comparison in progress, and the judge
+    cannot take the lock again until the phase has ended."""
+    import threading
+
+    k, child = keeper
+    k.quiet.acquire()  # a comparison in progress
+    got: list[float] = []
+
+    def run() -> None:
+        child.send({"start": {"kind": "cal", "w": 0, "reps": 12}})
+        child.recv()  # the seeds
+        got.append(time.monotonic())
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.3)
+    assert not got, "the seeds went out while the judge was comparing"
+    k.quiet.release()
+    th.join(5)
+    assert got and got[0] - t0 >= 0.3
+    assert not k.quiet.acquire(blocking=False), "the judge could compare during the phase"
+    for i in range(12):
+        child.send({"c": [i, [i]]})
+        child.recv()
+    child.send({"end": {"median_ms": 0.01, "p10_ms": 0.01, "p90_ms": 0.01, "std_ms": 0.0, "n": 12,
+                        "sum_ms": 0.12, "mode": "cpu"}})  # fmt: skip
+    end = time.monotonic() + 5
+    while k.phase("cal", 0) is None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert k.quiet.acquire(timeout=5), "the phase ended but the judge stays locked out"
+    k.quiet.release()
+
+
+def test_a_child_that_dies_inside_a_phase_frees_the_judge() -> None:
+    k = Timekeeper([[1]], "cpu", TIMING)
+    child = Child(k)
+    k.started()
+    child.send({"start": {"kind": "cal", "w": 0, "reps": 12}})
+    child.recv()
+    child.close()  # gone mid-phase
+    k.close()
+    assert k.quiet.acquire(timeout=5)
+
+
+def test_the_judge_compares_nothing_while_the_channel_holds_quiet(tmp_path) -> None:
+    import threading
+
+    from kernelpro.runner.evaluator import _OutputJudge
+
+    (tmp_path / "out").mkdir()
+    for n in ("a.pt", "b.pt"):
+        (tmp_path / "out" / n).write_bytes(b"x")
+    j = object.__new__(_OutputJudge)
+    j.work, j.jobs, j.done, j.timed, j.failed, j.device = tmp_path, [(n, None, None, {}) for n in ("a.pt", "b.pt")], 0, True, None, "cpu"
+    judged: list[str] = []
+    j._judge = lambda path, *a: judged.append(path.name)  # type: ignore[method-assign]
+    quiet = threading.Lock()
+    quiet.acquire()  # the child is timing
+    j.advance(quiet=quiet)
+    assert judged == [] and j.done == 0
+    quiet.release()
+    j.advance(quiet=quiet)
+    assert judged == ["a.pt", "b.pt"] and j.done == 2 and quiet.acquire(blocking=False)
