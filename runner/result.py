@@ -1,7 +1,7 @@
 """What one optimize run is asked to do (RunSettings) and what it found (Result, GateResult).
 
-Records only: runner/optimize.py produces them, runner/report.py renders them, and neither imports the
-other.
+Records only: runner/optimize.py produces them and runner/report.py renders them, so the report needs
+nothing of the loop (they were an import circle).
 """
 
 from __future__ import annotations
