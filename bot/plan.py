@@ -56,6 +56,7 @@ class Plan:
     """Target -> its kernel files, from the base branch's configuration (the progress job's
     trusted list of what each target's results may patch)."""
 
+
 @dataclass(frozen=True)
 class Configured:
     """The base branch's configuration as it bears on one pull request, read by the caller."""
