@@ -35,6 +35,7 @@ from kernelpro.runner.optimize import RunSettings, _gate
 from kernelpro.runner.target import Target, Tolerance
 from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
 
+HOLD = [EvalSettings().hold_cycles]  # --hold-cycles
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 ENTRY = "kernels/swiglu.py"
 
@@ -57,7 +58,8 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
     a = Candidate(_solution("A", source), None, "init", "baseline")
     b = Candidate(_solution("A-copy", source), None, "init", "the same kernel")
     # One verification trial: this part measures the gate's timing path; (c) measures verification.
-    rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600, fork_server=fork))
+    rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600, fork_server=fork,
+                                                            hold_cycles=HOLD[0]))  # fmt: skip
     speedups: list[float] = []
     failures: list[str] = []
     for _ in range(gates):
@@ -75,7 +77,7 @@ def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False) -> d
     target = _target(())
     w = [Workload.make(target.definition, {"M": m}, uuid=f"rep-{m}")]
     sol = _solution("A", (DEMO / "commit2" / ENTRY).read_text())
-    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600, fork_server=fork)
+    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600, fork_server=fork, hold_cycles=HOLD[0])
     medians, failures = [], []
     for _ in range(runs):
         o = evaluate(target.definition, sol, w, Tolerance(), es)
@@ -116,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat-runs", type=int, default=10)
     p.add_argument("--throughput-runs", type=int, default=5)
     p.add_argument("--parts", default="aa,repeat,throughput", help="which of aa, repeat, throughput to run")
+    p.add_argument("--hold-cycles", type=int, default=HOLD[0],
+                   help="GPU cycles spun before each timed call's start event (EvalSettings.hold_cycles)")
     p.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
                    help="fork each child from the fork server (EvalSettings.fork_server, the default); "
                         "--no-fork-server starts a fresh interpreter per child")  # fmt: skip
@@ -131,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as tmp:
         cache = Path(tmp) / "triton-cache"
-        res: dict[str, Any] = {"device": args.device, "tiny": tiny, "fork_server": args.fork_server}
+        HOLD[0] = args.hold_cycles
+        res: dict[str, Any] = {"device": args.device, "tiny": tiny, "fork_server": args.fork_server,
+                               "hold_cycles": args.hold_cycles}  # fmt: skip
         fork = args.fork_server
         parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork)),
                  ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork)),

@@ -97,6 +97,9 @@ step() {  # one step; its files under $base/$1
     t1-rest) KERNELPRO_ARTIFACTS="$out" timeout 400 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                "$repo/tests/test_gpu.py" -k "(${tiers[t1]}) and not demo" ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
+    integrity) KERNELPRO_ARTIFACTS="$out" timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
+                 "$repo/tests/test_gpu.py" -k "adversarial or (forged_timings and events)" ;;
+    aa-hold0) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --hold-cycles 0 --out "$out" ;;
     confine) timeout 300 python3 "$repo/benchmarks/confinement.py" --device cuda --out "$out/confinement.json" ;;
     overhead16) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;
     overhead16-cold) KERNELPRO_WARM_SERVER=0 timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;

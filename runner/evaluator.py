@@ -171,6 +171,12 @@ class EvalSettings:
     """Aim for this much timed GPU work per workload."""
     reps_cpu: int = 3
     """Timed calls on the CPU, where timings only show that the code runs."""
+    hold_cycles: int = 50_000
+    """GPU clock cycles the harness spins before each timed call's start event (about 25 us at the
+    H200's 1.98 GHz), on top of the L2 flush before it, so the host has enqueued the call before
+    its start event fires and the events time the GPU's work, not Python's launch latency
+    (nvbench's blocking kernel). The calibration phase spins the same, so the parent's wall check
+    counts the spin as the loop's own cost. 0 spins not at all."""
     rotate: int = 3
     """Input buffer sets the timed calls rotate through."""
     time_reference: bool = False
@@ -232,7 +238,8 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
             "outputs": {n: list(tolerance.for_output(n, spec.dtype)) for n, spec in definition.outputs.items()},
         },
         "timing": {"warmup": s.warmup, "reps": s.reps, "reps_max": s.reps_max, "target_ms": s.target_ms,
-                   "reps_cpu": s.reps_cpu, "rotate": s.rotate, "graphs": s.cuda_graphs},  # fmt: skip
+                   "reps_cpu": s.reps_cpu, "rotate": s.rotate, "graphs": s.cuda_graphs,
+                   "hold_cycles": s.hold_cycles},  # fmt: skip
         "time_reference": s.time_reference,
         "timeline": s.timeline,
         "timeline_bar": None if s.timeline_bar is None else {"speedup": s.timeline_bar[0],

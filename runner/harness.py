@@ -61,13 +61,6 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _gpu_sleep = torch.cuda._sleep
-# Cycles the GPU spins before each timed call's start event (about 100 us at the H200's 1.98 GHz):
-# the host enqueues the call meanwhile, so the events time the GPU's work, not the host's launch
-# (nvbench's blocking kernel). Without it a ~10 us kernel's time was mostly Python launch latency,
-# whatever else the CPU did: an A/A of the demo at M=512 called the copy faster in 33 of 100 rows
-# (benchmarks/results-h200-session10). The calibration phase spins too, so the parent's wall check
-# counts the spin as the loop's own cost.
-HOLD_CYCLES = 200_000
 _clone_tensor = torch.Tensor.clone
 _data_ptr = torch.Tensor.data_ptr
 _fstat, _read, _write, _select = os.fstat, os.read, os.write, select.select
@@ -840,6 +833,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     definition = req["definition"]
     channel = _CHANNEL[0] if checks is not None else None
     n_sets = max(1, t["rotate"])
+    hold = max(0, min(int(t.get("hold_cycles", 0)), 10_000_000))
     ring = 2 * n_sets  # room for the parent's answers to lag the calls without stalling them
     sets = [_make_inputs(definition, workload, 10_000 + i, device) for i in range(n_sets)]
     slots = [_poisoned_outputs(definition, workload["axes"], device) for _ in range(ring)]
@@ -887,7 +881,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             if flush is not None:
                 s, e = pairs[i]
                 flush.zero_()
-                _gpu_sleep(HOLD_CYCLES)
+                if hold:  # EvalSettings.hold_cycles: the host enqueues the call while the GPU spins
+                    _gpu_sleep(hold)
                 _record(s)
                 if isinstance(graphs, list):
                     # Refilled in place above: the graph reads the new values through the same pointers.
