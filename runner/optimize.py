@@ -102,13 +102,12 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     keeps the search memory by an LLM call per iteration (None: by rules). ``pool``: one evaluation
     worker per GPU when there are several. ``meter`` measures energy (runner.energy.nvml_meter on
     a GPU); without one, energy modes other than off record that nothing was measured."""
-    run = Run(target, head_checkout, out_dir, programmer, settings, base_solution=base_solution, progress=progress,
-              clock=clock, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
-    try:
+    with contextlib.ExitStack() as after:  # however the run ends, last in first out:
+        after.callback(cool)  # no warm fork server outlives it
+        run = Run(target, head_checkout, out_dir, programmer, settings, base_solution=base_solution,
+                  progress=progress, clock=clock, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
+        after.callback(run.close)  # nor a standby profiler
         return run.run()
-    finally:
-        run.close()
-        cool()
 
 
 class Run:
