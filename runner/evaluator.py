@@ -171,12 +171,14 @@ class EvalSettings:
     """Aim for this much timed GPU work per workload."""
     reps_cpu: int = 3
     """Timed calls on the CPU, where timings only show that the code runs."""
-    hold_cycles: int = 50_000
-    """GPU clock cycles the harness spins before each timed call's start event (about 25 us at the
-    H200's 1.98 GHz), on top of the L2 flush before it, so the host has enqueued the call before
-    its start event fires and the events time the GPU's work, not Python's launch latency
-    (nvbench's blocking kernel). The calibration phase spins the same, so the parent's wall check
-    counts the spin as the loop's own cost. 0 spins not at all."""
+    hold_cycles: int = 0
+    """GPU clock cycles the harness spins before each timed call's start event, after the L2 flush,
+    so the host has enqueued the call before the event fires and the GPU stays busy (nvbench's
+    blocking kernel). Off by default: on the H200 (benchmarks/results-h200-session10) an A/A of the
+    demo at M=512 called the copy faster in 28 of 100 rows with 0 cycles, 7 of 75 with 50k and
+    0 of 25 with 200k (speedups within 1.004..1.014), but with 200k the parent's wall check refused
+    an honest baseline in 3 of 4 gates (the spin's length follows the SM clock, which differed
+    between the calibration and the timed phase). Settable for benchmarks/evaluator.py --hold-cycles."""
     rotate: int = 3
     """Input buffer sets the timed calls rotate through."""
     time_reference: bool = False
