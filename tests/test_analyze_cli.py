@@ -38,13 +38,13 @@ def test_tools_list_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("| tool | source |") and lines[1].startswith("|---")
     rows = [line.split("|")[1].strip() for line in lines[2:]]
-    assert len(NAMES) == 23 and set(rows) == NAMES and len(rows) == 23
+    assert len(NAMES) == 25 and set(rows) == NAMES and len(rows) == 25
     assert any("energy only" in line for line in lines)
 
 
 def test_tools_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     rows = _json(capsys, ["tools", "list", "--json"])
-    assert len(rows) == 23 and {r["name"] for r in rows} == NAMES
+    assert len(rows) == 25 and {r["name"] for r in rows} == NAMES
     for r in rows:
         assert {"name", "source", "required", "thresholds", "affinity"} <= set(r)
         assert (

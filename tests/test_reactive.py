@@ -36,7 +36,7 @@ TOOLS = {t.name: t for t in registry()}
 
 # The tools whose evidence (ncu counters, SASS) the recording holds; the timeline tools have none and
 # the energy-only tools are not offered (energy is not an objective of the search).
-AVAILABLE = ["too_few_programs", "tail_effect", "warp_stall", "barrier_stall", "memory_coalescing", "vectorization", "occupancy", "high_register_usage",
+AVAILABLE = ["too_few_programs", "tail_effect", "serial_dependency", "warp_stall", "barrier_stall", "memory_coalescing", "vectorization", "occupancy", "high_register_usage",
              "shared_bank_conflicts", "tensor_core_underutilization", "tensor_core_generation", "register_spills"]  # fmt: skip
 
 
