@@ -149,3 +149,31 @@ def test_schema_and_artifact_import_neither_torch_nor_the_runner() -> None:
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('kernelpro.runner')]; "
             "assert not bad, bad")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.gpu
+def test_a_gpu_result_json_round_trips_with_stage1_and_findings(tmp_path: Path) -> None:
+    # On the GPU result.json also carries Stage 1 (ceilings, roofline rows) and the tools' findings.
+    import os
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
+    from kernelpro.cli import make_demo_repo
+    from kernelpro.pipeline import run_optimize
+    from kernelpro.settings import Settings
+
+    repo = make_demo_repo(tmp_path / "repo", "demo")
+    settings = Settings.from_env({**os.environ, "KERNELPRO_DEVICE": "cuda", "KERNELPRO_PROGRESS": "0"})
+    out = tmp_path / "out"
+    assert run_optimize(repo, "HEAD~1", "HEAD", out, settings, kernel=None, budget=4, programmer_name="tuner",
+                        search="mcts") == 0  # fmt: skip
+    written = json.loads((out / "swiglu" / "result.json").read_text())
+    record = TargetResult.from_json(written)
+    assert TargetResult.from_json(json.loads(json.dumps(record.to_json()))) == record
+    assert record.device == "cuda" and record.tolerances
+    assert record.stage1 is not None and record.stage1.ceilings is not None and record.stage1.workloads
+    assert written["stage1"]["ceilings"] == record.stage1.ceilings.to_json()
+    print(f"findings {[(f.severity, f.tool) for f in record.findings]}, winner {record.winner and record.winner.speedup}")
+    bot = load_results(out, allowed_files=ALLOWED).targets[0]
+    assert _wire(bot) == _wire(record)
