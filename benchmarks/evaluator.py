@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -68,7 +69,7 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
             failures.append(g.reason)
         speedups += [float(r["speedup"]) for r in g.per_workload]
     faster = sum(s >= rs.gamma for s in speedups)
-    return {"decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
+    return {"speedups": [round(x, 4) for x in speedups], "decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
             "gamma": rs.gamma, "speedup_min": min(speedups, default=0.0), "speedup_max": max(speedups, default=0.0),
             "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}  # fmt: skip
 
@@ -106,6 +107,46 @@ def throughput(device: str, runs: int, m: int, tmp: Path, fork: bool = False) ->
     steady = walls[1:]
     return {"runs": len(steady), "median_s": statistics.median(steady), "first_with_reference_s": walls[0],
             "walls_s": walls, "phases": phases, "M": m, "trials": 5, "failures": failures}  # fmt: skip
+
+
+class Clocks:
+    """The GPU's SM clock, sampled through NVML every 10 ms while a part runs (this process never
+    makes a CUDA context): whether the H200's clock, 345 MHz at idle, moves under the timed calls
+    is what decides whether a ~10 us kernel's A/A is stable (results-h200-session10)."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Clocks:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # noqa: BLE001 - no NVML (a CPU run): no samples
+            return self
+
+        def sample() -> None:
+            while not self._stop.wait(0.01):
+                self.samples.append(int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)))
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(1)
+
+    def summary(self) -> dict[str, Any]:
+        s = sorted(self.samples)
+        if not s:
+            return {"samples": 0}
+        return {"samples": len(s), "min_mhz": s[0], "p10_mhz": s[len(s) // 10], "median_mhz": s[len(s) // 2],
+                "max_mhz": s[-1], "below_1000_mhz": sum(x < 1000 for x in s) / len(s)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
             if name not in chosen:
                 continue
             t1 = time.perf_counter()
-            res[name] = part()
+            with Clocks() as clocks:
+                res[name] = part()
+            res[name]["sm_clock"] = clocks.summary()
             print(f"[{name}: {time.perf_counter() - t1:.0f} s]", file=sys.stderr, flush=True)
             # Written after every part: a run stopped by a time limit still leaves what it measured.
             (out / "evaluator.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -165,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{a['rate']:.1%} (speedups {a['speedup_min']:.3f}..{a['speedup_max']:.3f}) | <= 1 % | "
               f"{'yes' if a['rate'] <= 0.01 and a['decisions'] else 'NO'} |")  # fmt: skip
         problems += a["failures"]
+        c = a.get("sm_clock", {})
+        if c.get("samples"):
+            print(f"| SM clock during the A/A (NVML, every 10 ms) | {c['min_mhz']}..{c['max_mhz']} MHz, median "
+                  f"{c['median_mhz']}, {c['below_1000_mhz']:.0%} of samples below 1 GHz | - | - |")  # fmt: skip
     if (r := res.get("repeat")) is not None:
         med = r["medians_ms"]
         print(f"| repeat timing spread, M={r['M']} ({statistics.median(med) * 1e3 if med else float('nan'):.1f} us) | "
