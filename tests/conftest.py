@@ -62,6 +62,23 @@ def server() -> Iterator[FakeOpenAI]:
     fake.check()
 
 
+@pytest.fixture(scope="session")
+def gpu_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `kernelpro demo --budget 4` on the GPU, read by the tests of tests/test_gpu.py and
+    tests/test_guard.py that each ran their own (the costliest step of the GPU tier: every evaluation
+    moves the 16M- and 64M-element outputs through files). Four evaluations still include the tuner's
+    seeds that beat the pull request's kernel 2.8-3.5x (session 10's report), so a winner is gated
+    and its guard shapes timed as with eight. Its output folder, with `rc` holding the exit status."""
+    from kernelpro.cli import main
+
+    out = tmp_path_factory.mktemp("gpu-demo") / "demo"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNELPRO_DEVICE", "cuda")
+        rc = main(["demo", "--out", str(out), "--budget", "4"])
+    (out.parent / "rc").write_text(str(rc))
+    return out
+
+
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Target:
     """The demo repository's swiglu target, loaded through .kernelpro.yml as the runner does."""

@@ -24,21 +24,23 @@ pytestmark = [
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 
 
-def _keep(path: Path) -> None:
+def _keep(path: Path, test: str) -> None:
+    """Copies ``path`` to KERNELPRO_ARTIFACTS/``test``/: several tests keep a report.md or a
+    result.json, and under pytest-xdist (benchmarks/h200.sh tier-par) they may copy at once."""
     dest = os.environ.get("KERNELPRO_ARTIFACTS")
     if dest:
-        Path(dest).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(dest) / path.name)
+        Path(dest, test).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(dest, test, path.name))
 
 
-def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--budget", "8"]) == 0  # the full 16 ran in earlier sessions
+@pytest.mark.gpu_timing
+def test_demo_finds_a_verified_speedup_on_the_gpu(gpu_demo):
+    out = gpu_demo  # `kernelpro demo --budget 4` (tests/conftest.py); the full 16 ran in earlier sessions
+    assert (out.parent / "rc").read_text() == "0"
     summary = json.loads((out / "summary.json").read_text())
     target = summary["targets"][0]
-    _keep(out / "report.md")
-    _keep(out / "summary.json")
+    _keep(out / "report.md", "demo")
+    _keep(out / "summary.json", "demo")
     assert target["device"] == "cuda" and target["gpu_timings"] is True
     assert "H" in target["hardware"] or "NVIDIA" in target["hardware"]
     winner = target["winner"]
@@ -55,7 +57,7 @@ def test_demo_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch, capsys)
     assert target["stage1"]["theory"] == "memory"
     assert "## Stage 1: roofline" in report and "## Automated Bottleneck Analysis" in report
     profiles = [json.loads(x) for x in (out / "swiglu" / "profiles.jsonl").read_text().splitlines()]
-    _keep(out / "swiglu" / "profiles.jsonl")
+    _keep(out / "swiglu" / "profiles.jsonl", "demo")
     assert profiles and not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
     # Each profiled candidate (the baseline first, then new bests) reused the timeline its evaluation
     # recorded instead of a child of its own. On one GPU exactly those recorded one; with several the
@@ -111,6 +113,7 @@ def test_evaluate_statuses_on_the_gpu(tmp_path, monkeypatch):
     assert last["evaluation"]["environment"]["hardware"].startswith("NVIDIA")
 
 
+@pytest.mark.gpu_timing
 def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     from kernelpro.runner.evaluator import EvalSettings
     from kernelpro.runner.profiler import profile_candidate
@@ -176,7 +179,7 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
         fake.stop()
     assert rc == 0
     result = json.loads((out / "swiglu" / "result.json").read_text())
-    _keep(out / "swiglu" / "report.md")
+    _keep(out / "swiglu" / "report.md", "reactive")
     print(json.dumps(result, indent=1)[:3000])
     for r in fake.requests:
         print("REQUEST", r.tool_names, [m.get("content", "")[:300] for m in r.tool_messages])
@@ -194,6 +197,7 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- CUDA targets
 
 
+@pytest.mark.gpu_timing
 def test_cuda_example_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch):
     """examples/cuda end to end: a raw kernel with one warp per block and 32-bit loads; the tuner
     moves its #define knobs (the launch follows them), the gate verifies the winner."""
@@ -210,7 +214,7 @@ def test_cuda_example_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch)
     target = summary["targets"][0]
     for name in ("report.md", "result.json", "profiles.jsonl", "journal.jsonl"):
         if (out / "swiglu_cuda" / name).exists():
-            _keep(out / "swiglu_cuda" / name)
+            _keep(out / "swiglu_cuda" / name, "cuda_example")
     assert target["device"] == "cuda"
     winner = target["winner"]
     assert winner is not None, target["stop_reason"]
@@ -435,6 +439,7 @@ def test_gpu_pool_spreads_a_batch_and_gates_on_the_home_gpu(target, repo_root, t
     assert {p["key"] for p in profiles} <= timed and not any("timeline" in p["stages"] for p in profiles), profiles
 
 
+@pytest.mark.gpu_timing
 def test_nvml_energy_per_call_on_the_gpu(tmp_path):
     """The NVML protocol on the real device: an A/A pair of the Swish kernel in sandboxed arms."""
     import sys
@@ -459,7 +464,7 @@ def test_nvml_energy_per_call_on_the_gpu(tmp_path):
         runner.close()
         dev.close()
     (tmp_path / "nvml_aa.json").write_text(json.dumps(m.to_json(), indent=2))
-    _keep(tmp_path / "nvml_aa.json")
+    _keep(tmp_path / "nvml_aa.json", "nvml")
     assert 20 < m.idle_w < 400, m.idle_w
     for arm in ("a", "a2"):
         a = m.arms[arm]
@@ -472,6 +477,7 @@ def test_nvml_energy_per_call_on_the_gpu(tmp_path):
     assert all(x.sm_clock_mhz and x.power_limit_w for x in m.windows)
 
 
+@pytest.mark.gpu_timing
 def test_optimize_with_energy_passive_on_the_gpu(tmp_path, monkeypatch):
     """`kernelpro optimize --energy passive`: the winner's gate rows carry NVML energy per call."""
     from kernelpro.cli import make_demo_repo
@@ -482,7 +488,7 @@ def test_optimize_with_energy_passive_on_the_gpu(tmp_path, monkeypatch):
     assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
                  "--budget", "4", "--feedback", "none", "--energy", "passive"]) == 0  # fmt: skip
     result = json.loads((out / "swiglu" / "result.json").read_text())
-    _keep(out / "swiglu" / "result.json")
+    _keep(out / "swiglu" / "result.json", "energy_passive")
     energy = result["energy"]
     assert result["energy_mode"] == "passive" and energy["notes"] == [], energy["notes"]
     assert all(w["measurement"] is not None for w in energy["workloads"])
@@ -511,6 +517,7 @@ def _judge_gpu(tmp_path, name, source, dps=False, **kw):
     return evaluate(SWIGLU, candidate(name, source, dps), LOADS, Tolerance(), _gpu_settings(tmp_path, **kw))
 
 
+@pytest.mark.gpu_timing
 def test_adversarial_candidates_are_rejected_on_the_gpu(tmp_path):
     """Every CPU-tested hostile candidate, now on CUDA tensors (CUDA events, the caching allocator)."""
     from test_adversarial import PY_TORCH, SIMPLE, fixture
@@ -581,6 +588,7 @@ def run(a, b):
 """
 
 
+@pytest.mark.gpu_timing
 def test_cuda_graph_timing_on_the_gpu(tmp_path):
     """--cuda-graphs: each timed call a graph replay, the same verdicts; a candidate that cannot be
     captured (it synchronises the device inside the call) is timed call by call and says why."""
@@ -608,6 +616,7 @@ def test_cuda_graph_timing_on_the_gpu(tmp_path):
     assert s.passed and s.results[0].timing.mode.startswith("events (CUDA graph capture failed"), s.results[0].timing
 
 
+@pytest.mark.gpu_timing
 def test_profiling_with_a_standby_ncu_child(tmp_path):
     """As the loop profiles: the standby starts before the evaluation, which it overlaps (after the
     reference, whose files must be gone before anything of the pull request's runs); the profile
@@ -675,6 +684,7 @@ def test_profiling_with_a_standby_whose_imports_load_tritons_driver(tmp_path, mo
     assert [k.name for k in warm.kernels] and warm.main is not None
 
 
+@pytest.mark.gpu_timing
 def test_memcheck_refuses_an_out_of_bounds_read_in_the_gate(tmp_path):
     """A kernel that reads one element past its input gives the right outputs (the value is masked
     out of the store) and is faster: only compute-sanitizer memcheck sees it, and the gate refuses."""
@@ -733,6 +743,7 @@ def test_illegal_memory_access_ends_only_that_candidate(tmp_path):
     assert after.passed, after.log
 
 
+@pytest.mark.gpu_timing
 def test_fork_server_children_on_the_gpu(tmp_path):
     """Forked from the server (torch imported, CUDA never started there), a child starts CUDA itself:
     the demo kernel passes with a start-up of a fraction of a second, an illegal memory access ends
@@ -768,6 +779,7 @@ ISSUE17 = {"lazy_output": "LAZY_OUTPUT", "lazy_mode": "LAZY_OUTPUT", "aten_overr
            "precompute": "TIMING_INCONSISTENT"}  # fmt: skip
 
 
+@pytest.mark.gpu_timing
 @pytest.mark.parametrize("graphs", [False, True], ids=["events", "cuda_graphs"])
 def test_forged_timings_are_refused_by_name_on_the_gpu(tmp_path, graphs):
     """Issue 17's breaks on CUDA events and with --cuda-graphs: each refused with the status that
@@ -870,6 +882,7 @@ def run(a, b):
 """
 
 
+@pytest.mark.gpu_timing
 def test_an_energy_arm_that_skips_its_work_reports_no_energy(tmp_path):
     """The energy arms are paced by the parent's clock against the medians the evaluator verified:
     an arm that does nothing there runs far faster and its workload's energy is dropped by name."""

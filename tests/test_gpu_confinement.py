@@ -5,6 +5,7 @@ Run on the GPU machine: ``pytest -m gpu tests/test_gpu_confinement.py``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def test_a_gpu_candidate_finds_no_reference_outputs_and_cannot_write_outside(tmp
     from kernelpro.runner.evaluator import EvalSettings, evaluate
     from kernelpro.runner.target import Tolerance
 
-    probe = "/tmp/kernelpro-gpu-confinement-probe"
+    probe = f"/tmp/kernelpro-gpu-confinement-probe-{os.getpid()}"  # per pytest-xdist worker
     source = (FIXTURES / "reads_reference.py").read_text().replace(
         "    raise RuntimeError(f\"no reference outputs visible",
         f"    try:\n        open({probe!r}, 'w').write('x')\n    except OSError as e:\n        searched.append(str(e))\n"

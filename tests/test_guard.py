@@ -198,7 +198,8 @@ def _cuda() -> bool:
 
 # On the GPU the sleep lies between the CUDA events around each call, so it is timed as on the CPU;
 # there the cap is a share of the GPU's memory, so the doubled size is a guard shape too.
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs a GPU")])]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.gpu_timing,
+                                              pytest.mark.skipif(not _cuda(), reason="needs a GPU")])]
 GUARDS = {"cpu": {'{"N": 128}', '{"N": 511}'}, "cuda": {'{"N": 128}', '{"N": 511}', '{"N": 1024}'}}
 
 
@@ -244,15 +245,13 @@ def test_guard_shapes_false_lets_the_tuned_candidate_through(tmp_path: Path) -> 
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 @pytest.mark.skipif(not _cuda(), reason="needs a GPU")
-def test_the_demo_on_the_gpu_reports_its_guard_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_demo_on_the_gpu_reports_its_guard_shapes(gpu_demo: Path) -> None:
     """`kernelpro demo` on the H200: M=4096 and 16384 listed, so the gate also times M=2048, 32768 and
     16383 for the winner, and the report and result.json give their ratios."""
-    from kernelpro.cli import main
-
-    monkeypatch.setenv("KERNELPRO_DEVICE", "cuda")
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--budget", "8"]) == 0
+    out = gpu_demo  # `kernelpro demo --budget 4`, shared with tests/test_gpu.py (tests/conftest.py)
+    assert (out.parent / "rc").read_text() == "0"
     target = json.loads((out / "summary.json").read_text())["targets"][0]
     gated = [g for g in target["gates"] if g["guards"]]
     assert gated, target["gates"]
