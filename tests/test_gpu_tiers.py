@@ -1,6 +1,6 @@
-"""benchmarks/h200.sh splits the GPU tier into steps of about 5 minutes (two fit one 10-minute call,
-or run side by side on two GPUs): every GPU test must be in exactly one of them, or a new test would
-silently never run on the H200."""
+"""benchmarks/h200.sh splits the GPU tier into steps that fit the 10-minute calls (tier-par,
+tier-timing-a, tier-timing-b over every file; t1-t4 over tests/test_gpu.py): every GPU test must be
+in exactly one part of a split, or a new test would silently never run on the H200."""
 
 from __future__ import annotations
 
@@ -30,10 +30,34 @@ def test_the_four_tiers_hold_every_gpu_test_once() -> None:
     assert sum(len(p) for p in parts.values()) == len(everything), parts  # none in two tiers
 
 
-def test_every_other_file_with_gpu_tests_is_in_a_step() -> None:
-    """A GPU test outside tests/test_gpu.py runs on the H200 only if a step of h200.sh names its file."""
-    script = (ROOT / "benchmarks" / "h200.sh").read_text()
-    named = set(re.findall(r"tests/(test_\w+\.py)", script))
-    marked = {p.name for p in (ROOT / "tests").glob("test_*.py")
-              if p.name != "test_gpu.py" and re.search(r"pytest\.mark\.gpu\b", p.read_text())}
-    assert marked <= named, sorted(marked - named)
+def _in_files(marks: str, expr: str | None) -> set[str]:
+    """The GPU tests of every file that has any, as `file::test[id]`, that ``-m marks -k expr`` select."""
+    files = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py")) if re.search(r"pytest\.mark\.gpu\b", p.read_text())]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", marks, *files]
+    p = subprocess.run([*cmd, *(["-k", expr] if expr else [])], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return {line.split("tests/", 1)[1] for line in p.stdout.splitlines() if "::" in line}
+
+
+def test_the_three_parts_of_the_tier_hold_every_gpu_test_once() -> None:
+    """`bash .ci/gpu` (and h200.sh's tier-* steps, one call each) runs the tier as par (no gpu_timing,
+    under pytest-xdist), timing-a and timing-b (alone on the GPU): every GPU test of every file in
+    exactly one part, no timing test among the parallel ones, the demo's two readers in one part."""
+    script = (ROOT / ".ci" / "gpu").read_text()
+    found = re.search(r'^TIMING_A="([^"]+)"$', script, re.M)
+    assert found, "TIMING_A is gone from .ci/gpu"
+    timing_a = found.group(1)
+    assert '-m "gpu and not gpu_timing" -n' in script
+    assert '-m "gpu and gpu_timing" -k "($TIMING_A)' in script and '-m "gpu and gpu_timing" -k "not ($TIMING_A)' in script
+    h200 = (ROOT / "benchmarks" / "h200.sh").read_text()
+    assert "tier-par|tier-timing-a|tier-timing-b)" in h200 and '.ci/gpu" --part "${1#tier-}"' in h200
+    par = _in_files("gpu and not gpu_timing", None)
+    a = _in_files("gpu and gpu_timing", f"({timing_a})")
+    b = _in_files("gpu and gpu_timing", f"not ({timing_a})")
+    everything = _in_files("gpu", None)
+    assert len(everything) >= 40 and a and b
+    assert par | a | b == everything, sorted(everything - (par | a | b))
+    assert len(par) + len(a) + len(b) == len(everything)
+    assert not par & (a | b)  # a and b are gpu_timing tests only (their -m)
+    # tests/conftest.py's gpu_demo is session-scoped: one run for both only within one pytest process.
+    assert {"test_gpu.py::test_demo_finds_a_verified_speedup_on_the_gpu",
+            "test_guard.py::test_the_demo_on_the_gpu_reports_its_guard_shapes"} <= a
