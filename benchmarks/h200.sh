@@ -17,7 +17,7 @@
 #                   torch extension 1.1, schema's optimize ~3, the gpu-files ~3), its longest
 #                   tests ~4 min each, slowed by sharing the GPU and the CPU. Needs .corpus/ (the
 #                   Liger wheel of test_import_fidelity).
-#     tier-timing-a ~7 (alone on the GPU): the demo's one shared run, budget 4 (tests/conftest.py
+#     tier-timing-a ~7 (alone on the GPU): the demo's one shared run, budget 5 (tests/conftest.py
 #                   gpu_demo: ~3 min, read by test_gpu's and test_guard's demo tests, which ran 8
 #                   evaluations each, ~4.3 min apiece in session 10), energy passive ~2.7,
 #                   nvml 0.6, energy arm 0.5, fork server 0.3, CUDA graphs 0.2

@@ -35,7 +35,7 @@ def _keep(path: Path, test: str) -> None:
 
 @pytest.mark.gpu_timing
 def test_demo_finds_a_verified_speedup_on_the_gpu(gpu_demo):
-    out = gpu_demo  # `kernelpro demo --budget 4` (tests/conftest.py); the full 16 ran in earlier sessions
+    out = gpu_demo  # `kernelpro demo --budget 5` (tests/conftest.py); the full 16 ran in earlier sessions
     assert (out.parent / "rc").read_text() == "0"
     summary = json.loads((out / "summary.json").read_text())
     target = summary["targets"][0]

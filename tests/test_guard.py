@@ -250,7 +250,7 @@ def test_guard_shapes_false_lets_the_tuned_candidate_through(tmp_path: Path) -> 
 def test_the_demo_on_the_gpu_reports_its_guard_shapes(gpu_demo: Path) -> None:
     """`kernelpro demo` on the H200: M=4096 and 16384 listed, so the gate also times M=2048, 32768 and
     16383 for the winner, and the report and result.json give their ratios."""
-    out = gpu_demo  # `kernelpro demo --budget 4`, shared with tests/test_gpu.py (tests/conftest.py)
+    out = gpu_demo  # `kernelpro demo --budget 5`, shared with tests/test_gpu.py (tests/conftest.py)
     assert (out.parent / "rc").read_text() == "0"
     target = json.loads((out / "summary.json").read_text())["targets"][0]
     gated = [g for g in target["gates"] if g["guards"]]
