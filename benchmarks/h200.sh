@@ -10,21 +10,21 @@
 #                    profiling Liger swiglu/dyt and fla softmax with the standby ncu child and without
 #   energy       ~6: issue 7 part (d): the Swish pair chosen by optimize in passive and active mode
 #   tier-par tier-timing-a tier-timing-b: the whole GPU test tier (pytest -m gpu, every GPU test file)
-#                in three calls of at most 9 minutes, ~21 minutes in all (`bash .ci/gpu --part P`):
+#                in three calls of at most 9 minutes, ~23 minutes in all (`bash .ci/gpu --part P`;
+#                each pytest stopped at 500 s; seconds below from the --durations of sessions 5-10):
 #     tier-par      ~8: the tests not marked gpu_timing, 6 at once (pytest -n 6, .whl/ carries
-#                   pytest-xdist): ~30 min of tests one at a time (session 9/10 durations: knobs
-#                   heuristics ~7, interrupt ~4, publish + llm demo ~5, pool 1.5, reactive 1.2,
-#                   torch extension 1.1, schema's optimize ~3, the gpu-files ~3), its longest
-#                   tests ~4 min each, slowed by sharing the GPU and the CPU. Needs .corpus/ (the
-#                   Liger wheel of test_import_fidelity).
-#     tier-timing-a ~7 (alone on the GPU): the demo's one shared run, budget 5 (tests/conftest.py
-#                   gpu_demo: ~3 min, read by test_gpu's and test_guard's demo tests, which ran 8
-#                   evaluations each, ~4.3 min apiece in session 10), energy passive ~2.7,
-#                   nvml 0.6, energy arm 0.5, fork server 0.3, CUDA graphs 0.2
-#     tier-timing-b ~7 (alone): cuda_example ~2, forged timings 1.4, adversarial ~1, memcheck 0.7,
-#                   guard shapes on CUDA ~1, standby and profiling 0.5, plus any gpu_timing test added
-#                   later (the complement of TIMING_A in .ci/gpu)
-#                   each ~1 min more for installing, collecting 1,200 tests and nvidia-smi
+#                   pytest-xdist): ~30 min of tests one at a time (knobs heuristics ~7, interrupt ~4,
+#                   publish + llm demo ~5, schema's optimize ~3, pool 1.5, reactive 1.2, torch
+#                   extension 1.1, the gpu-files ~3, the rest < 0.5 each), its longest tests ~4 min,
+#                   slowed by sharing the GPU and the CPU. Needs .corpus/ (Liger's wheel, FlashInfer).
+#     tier-timing-a ~7.5, one test at a time: the demo's one shared run with budget 5 (tests/conftest.py
+#                   gpu_demo, ~3.2 min: test_gpu's and test_guard's demo tests each ran 8 evaluations,
+#                   255 s apiece in session 10), energy passive 2-3.1, nvml 0.6, energy arm 0.5
+#     tier-timing-b ~7.5, one at a time: cuda_example 1.6-2.4, forged timings 1.4, adversarial
+#                   0.2-1, memcheck 0.7, guard shapes on CUDA ~1 (never timed: a guess), standby and
+#                   profiling 0.6, fork server 0.3, CUDA graphs 0.2, and any gpu_timing test added later
+#                   (the complement of TIMING_A in .ci/gpu)
+#                   (each ~0.5 min more: installing the wheels, collecting 1,200 tests, nvidia-smi)
 #   t1 t2 t3 t4  ~5 each: tests/test_gpu.py only, the split of sessions 5-10 (superseded by tier-*)
 #   gpu-files ~3 the GPU tests outside tests/test_gpu.py: dtypes, confinement, where outputs are judged
 #   interrupt ~4: issue 22's no orphans on the GPU: SIGINT while ncu or its standby runs in the demo,
