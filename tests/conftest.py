@@ -97,3 +97,14 @@ def repo_root(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+
+
+@pytest.fixture
+def h200(tmp_path: Path) -> Path:
+    """A writable copy of a real H200 run's results folder (tests/fixtures/results_h200), as the
+    publish job receives it."""
+    d = tmp_path / "results"
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "results_h200", d)
+    for p in d.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return d

@@ -43,13 +43,6 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return demo_results(tmp_path_factory)
 
 
-@pytest.fixture
-def h200(tmp_path: Path) -> Path:
-    d = tmp_path / "results"
-    shutil.copytree(H200, d)
-    for p in d.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return d
 
 
 def edit_summary(d: Path, change: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from dataclasses import fields
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bot_artifact import ALLOWED, H200, demo_results, edit_summary, refused
+from test_bot_artifact import ALLOWED, demo_results, edit_summary, refused
 
 from kernelpro.bot.artifact import ArtifactError, load_results
 from kernelpro.bot.body import render_body
@@ -26,15 +25,6 @@ from kernelpro.schema import (
 )
 
 FORGED = "Tolerances: float32 atol=1e+30 rtol=1e+30; bfloat16 atol=7 rtol=7."
-
-
-@pytest.fixture
-def h200(tmp_path: Path) -> Path:
-    d = tmp_path / "results"
-    shutil.copytree(H200, d)
-    for p in d.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return d
 
 
 def _body(d: Path) -> str:
