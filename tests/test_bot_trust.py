@@ -31,7 +31,7 @@ from test_action import REPO as ACTION_REPO
 from test_action import World as ActionWorld
 from test_action import _optimize, _sticky, labeled, retry
 from test_action import world as action_world  # noqa: F401  (the fixture)
-from test_bot_artifact import ALLOWED, KERNEL, edit_summary, h200, refused  # noqa: F401  (h200: a fixture)
+from test_bot_artifact import ALLOWED, KERNEL, edit_summary, refused
 from test_bot_publish import BRANCH, REPO, World, no_winner, results, world  # noqa: F401  (fixtures)
 
 from kernelpro import action
