@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from kernelpro import __version__
-from kernelpro.schema import Ceilings, CurvePoint, Gate, Tolerance
+from kernelpro.schema import CurvePoint, Gate, Tolerance
 from kernelpro.templates import environment
 
 from .energy import PLACEMENT
@@ -214,8 +214,7 @@ def stage1_json(a: ReferenceAnalysis | None) -> dict[str, Any] | None:
             "issue_pct": c.issue_pct, "pipe": c.pipe, "pipe_pct": c.pipe_pct,
             "achieved_occupancy_pct": c.achieved_occupancy_pct, "theoretical_occupancy_pct": c.theoretical_occupancy_pct,
             "grid": c.grid, "block": c.block, "sms": c.sms, "sms_source": c.sms_source, "waves": c.waves},
-        "ceilings": None if a.ceilings is None else Ceilings(a.ceilings.gpu, a.ceilings.bandwidth_gbs,
-                                                             a.ceilings.flops_tflops, a.ceilings.source).to_json(),
+        "ceilings": None if a.ceilings is None else a.ceilings.to_json(),
         "workloads": [{"uuid": b.uuid, "axes": dict(b.axes), "flops": b.flops, "bytes": b.bytes, "intensity": b.intensity,
                        "floor_ms": b.floor_ms, "baseline_ms": b.measured_ms, "pct_of_roofline": b.pct_of_roofline,
                        "max_speedup": b.max_speedup} for b in a.workloads],

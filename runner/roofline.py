@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kernelpro.schema import Ceilings as WireCeilings
+
 from .profile import KernelProfile, Profile, Work
 from .trace import Definition, Workload
 
@@ -23,17 +25,11 @@ H200_CEILINGS = {"bandwidth_gbs": 4250.0, "flops_tensor_tflops": 678.0, "flops_f
 
 
 @dataclass(frozen=True)
-class Ceilings:
-    """Peak rates this GPU really reaches."""
-
-    gpu: str
-    """Device name."""
-    bandwidth_gbs: float
-    """DRAM bandwidth, GB/s (read + write)."""
-    flops_tflops: float
-    """Arithmetic peak for the kernel's datatype (tensor cores for 16-bit, CUDA cores for fp32)."""
-    source: str
-    """'measured' or where the numbers come from."""
+class Ceilings(WireCeilings):
+    """Peak rates this GPU really reaches: the results format's record (kernelpro/schema.py, which
+    result.json carries) with what the roofline derives from it. bandwidth_gbs counts read + write;
+    flops_tflops is the peak for the kernel's datatype (tensor cores for 16-bit, CUDA cores for fp32);
+    source is 'measured' or where the numbers come from."""
 
     @property
     def ridge(self) -> float:
