@@ -3,6 +3,8 @@ GitHub would make a test depend on the outside world (and spend money)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,35 @@ confinement.preload()
 def pytest_report_header() -> str:
     return f"kernelpro confinement: {CONFINEMENT.description}" + (
         "" if CONFINEMENT.sufficient else " (not enough for a run: the suite runs candidates with the opt-in)")
+
+# The GPU tests that ran longest in the --durations of sessions 5-11, longest first. Under pytest-xdist
+# (.ci/gpu --part par, one test per step) they start first, so the part ends when its longest test
+# does instead of when a long test picked up last does (longest-processing-time-first scheduling).
+GPU_LONGEST_FIRST = ("test_optimize_tunes_upstream_heuristics", "test_the_demonstration_on_the_gpu",
+                     "test_a_gpu_tuner_winner_is_recomputed_by_publish", "test_sigint_during_the_demo",
+                     "test_a_gpu_result_json_round_trips", "test_a_pinned_liger_dyt", "test_gpu_pool_spreads",
+                     "test_reactive_tools_end_to_end", "test_cuda_torch_extension_target",
+                     "test_sigterm_during_the_energy_arms", "test_upstream_liger_with_its_wheel")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, name in enumerate(GPU_LONGEST_FIRST) if item.name.startswith(name)), len(GPU_LONGEST_FIRST))
+    items.sort(key=rank)  # stable: every other test keeps its collection order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With KERNELPRO_FAILURES set (.ci/gpu), each failure's report is written there the moment it
+    happens: a GPU part stopped by its time limit, or a pytest-xdist worker that died, still leaves
+    why the tests before it failed (pytest prints them only at the end)."""
+    folder = os.environ.get("KERNELPRO_FAILURES")
+    if folder and report.failed:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", report.nodeid)[-150:]
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{name}.{report.when}.txt").write_text(
+            f"{report.nodeid} ({report.when}, {report.duration:.1f} s)\n\n{report.longreprtext}\n"
+            + "".join(f"\n--- {title}\n{text}" for title, text in report.sections))
+
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 ENTRY = "kernels/swiglu.py"
