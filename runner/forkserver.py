@@ -293,6 +293,7 @@ class ForkServer:
             if not msg:
                 for waiting in list(self._replies.values()):
                     waiting.put({"error": "the fork server stopped"})
+                self._ready.set()  # a server that died before its preload report: wait_ready answers now, not at its timeout
                 return
             doc = json.loads(msg)
             if "ready" in doc:
@@ -308,7 +309,8 @@ class ForkServer:
         return self._proc.poll() is None
 
     def wait_ready(self, timeout_s: float) -> dict[str, Any] | None:
-        """A warm server's preload report, waiting at most ``timeout_s`` for it (None: not yet)."""
+        """A warm server's preload report, waiting at most ``timeout_s`` for it (None: not yet, or the
+        server stopped without one)."""
         self._ready.wait(timeout_s)
         return self.ready
 

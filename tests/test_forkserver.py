@@ -106,3 +106,19 @@ def test_children_are_forked_by_default(tmp_path: Path) -> None:
     outcome = evaluate(SWIGLU, candidate("default", PY_TORCH), LOADS, Tolerance(),
                        EvalSettings(device="cpu", cache_dir=tmp_path / "cache"))  # fmt: skip
     assert outcome.passed and outcome.environment["sandbox"].get("spawn") == FORKED, outcome.environment
+
+
+def test_a_warm_server_that_dies_before_its_report_is_seen_at_once(tmp_path: Path) -> None:
+    """Session 11 on the H200: a warm server that could not import kernelpro died at once, and
+    wait_ready still waited its whole 300 s. Its death now answers the wait."""
+    import time
+
+    srv = forkserver.ForkServer({"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
+                                {"modules": ["json"], "blocked": []})  # fmt: skip
+    try:
+        srv._proc.kill()
+        start = time.monotonic()
+        assert srv.wait_ready(60) is None
+        assert time.monotonic() - start < 10
+    finally:
+        srv.close()

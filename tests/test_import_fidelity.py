@@ -10,6 +10,7 @@ judged incorrect. With the installed copy running instead, both would pass.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -107,13 +108,17 @@ def _venv(tmp: Path, how: str, wheel: Path | None = None) -> Path:
     py = venv / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
-    ours = sysconfig.get_paths()["purelib"]
-    Path(site, "_outer.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    # After the venv's own site-packages, so its installed copy wins: this interpreter's packages,
+    # and its PYTHONPATH (where the GPU machine has kernelpro and Liger), which _run_in then unsets.
+    ours = [sysconfig.get_paths()["purelib"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    Path(site, "_outer.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in ours))
     # The installed copy is the package as a released version has it: its kernel computes 2x too.
     installed = venv / "pkgsrc"
     _src_layout(installed, MAPPED if how == "editable-finder" else FIND)
     _write(installed, {"src/canarypkg/ops/_native.py": UTIL})
-    cmd = [str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "-q",
+    # --ignore-installed: a copy already on the outer path (the GPU machine's /tmp/site has Liger's
+    # wheel) must not make pip skip this venv's own install.
+    cmd = [str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "-q", "--ignore-installed",
            *(["-e"] if how.startswith("editable") else []), str(wheel or installed)]  # fmt: skip
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stdout + got.stderr
@@ -159,7 +164,8 @@ def _run_in(py: Path, repo: Path, tmp: Path, cfg: str, cases: dict[str, str | No
     head's text) in ``py``, a fresh interpreter whose site-packages hold the installed copy."""
     cases = cases or {"head": None, "exits": EXITS}  # the in-process tests below also judge one computing 3x
     got = subprocess.run([str(py), "-c", _RUNNER, str(repo), str(tmp), cfg, json.dumps(cases), device, kernel, module],
-                         capture_output=True, text=True, timeout=580, cwd=tmp)  # fmt: skip
+                         capture_output=True, text=True, timeout=580, cwd=tmp,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # fmt: skip
     line = next((ln for ln in got.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line is not None, got.stdout[-2000:] + got.stderr[-3000:]
     return json.loads(line[len("RESULT"):])

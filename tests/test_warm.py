@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -72,7 +73,8 @@ def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, kernel: str = KERNEL,
     for p, text in files.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
-    monkeypatch.setenv("PYTHONPATH", str(site))
+    # Before the runner's own PYTHONPATH, if it has one (the GPU machine's kernelpro is in /tmp/site).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch.syspath_prepend(str(site))  # as a runner that has it installed: children may read it
     text = (f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(['kern.py'])}\n    language: python\n"
             f"    entry_point: kern.py::run\n{DEFINITION}")  # fmt: skip
