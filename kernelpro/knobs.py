@@ -18,8 +18,9 @@ replaced by one literal for every shape:
   extend or prune the list; equal ends pin it). The decorator stays.
 * A shape-bounded pin of such a list (two configs or more, under a ``key`` of names): ``autotune.pin``
   (which config, 0 for none) and ``autotune.pin.N`` per key axis (up to which size). It is written as a
-  commented ``prune_configs_by`` that returns that config alone within the bounds (Triton then skips
-  its benchmark) and the whole list past them, so shapes beyond the bound keep the autotuner's choice.
+  commented ``prune_configs_by`` that returns that config alone within the bounds and the whole list
+  past them, so shapes beyond the bound keep the autotuner's choice. Within the bounds Triton 3.9 runs
+  the one config without a benchmark; Triton 3.6 (the H200's) still times it once per key, then runs it.
   Reordering is not a knob: Triton's autotuner times every config it keeps and takes the fastest, so
   the order of a list changes only which of two equally fast configs wins; the pin picks by position.
 * ``@triton.heuristics``: a tile's (``BLOCK*``, fla's ``BK``) or ``num_warps``' lambda, by its
@@ -825,7 +826,7 @@ def _pin_text(pin: _Pin, index: int, bounds: Sequence[int]) -> str:
     if pin.indent is None:
         return f", prune_configs_by={value}"
     where = " and ".join(f"{a} <= {b}" for a, b in zip(pin.axes, bounds, strict=True))
-    comment = f"# {where}: configs[{index - 1}] ({pin.descs[index - 1]}) without autotuning, measured fastest there"
+    comment = f"# {where}: configs[{index - 1}] ({pin.descs[index - 1]}) alone, measured fastest there"
     return f"{pin.indent}{comment}\n{pin.indent}prune_configs_by={value},\n"
 
 
@@ -850,7 +851,8 @@ def _pin_site(deco: ast.Call, axes: tuple[str, ...], descs: tuple[str, ...], tex
         if not indent.strip() and line < len(text.starts) and rest.strip() == ",":
             start = text.starts[own.lineno - 1]
             above = text.source[text.starts[own.lineno - 2] : start].strip() if own.lineno >= 2 else ""
-            if above.startswith("#") and "without autotuning" in above:
+            # This module's own comment (and the wording of sessions before 11) goes with its keyword.
+            if above.startswith("#") and above.endswith(("alone, measured fastest there", "without autotuning, measured fastest there")):
                 start = text.starts[own.lineno - 2]
             return _Site(start, text.starts[line], rule="pin", pin=_Pin(axes, index, bounds, descs, indent))
         if text.source[k_end:kw_start] == ", " and own.end_col_offset is not None:

@@ -171,7 +171,7 @@ def test_liger_dyt_autotune_pin_holds_one_config_up_to_a_bound_of_its_key_axis()
     assert pin.choices == tuple(range(19))  # none, or one of the comprehension's 3 x 2 x 3 configs
     pinned = check_patch(src, {"_dyt_fwd_kernel:autotune.pin": 5})
     assert changed_lines(src, pinned) == [
-        "+    # N <= 4096: configs[4] (BLOCK_N=1024, num_stages=2, num_warps=8) without autotuning, measured fastest there",
+        "+    # N <= 4096: configs[4] (BLOCK_N=1024, num_stages=2, num_warps=8) alone, measured fastest there",
         '+    prune_configs_by={"early_config_prune": lambda configs, args, **kw: [configs[4]] '
         'if {**args, **kw}["N"] <= 4096 else configs},',
     ]
@@ -214,7 +214,7 @@ def test_a_pinned_literal_autotune_list_is_what_triton_runs_within_the_bounds_on
     # key axes passed positionally and as keywords, inside and past each bound.
     setting = {"kernel:autotune.pin": 2, "kernel:autotune.pin.M": 64, "kernel:autotune.pin.N": 2048}
     new = check_patch(LITERAL_AUTOTUNE, setting)
-    assert '    # M <= 64 and N <= 2048: configs[1] (triton.Config({"BLOCK_N": 2048}, num_warps=8)) without' in new
+    assert '    # M <= 64 and N <= 2048: configs[1] (triton.Config({"BLOCK_N": 2048}, num_warps=8)) alone' in new
     (tmp_path / "pinned_autotune.py").write_text(new)
     sys.path.insert(0, str(tmp_path))
     try:
@@ -362,8 +362,8 @@ def test_tuned_flashinfer_rms_norm_runs_in_the_interpreter(tmp_path: Path) -> No
 @pytest.mark.gpu
 def test_a_pinned_liger_dyt_runs_its_config_within_the_bound_and_autotunes_past_it(tmp_path: Path) -> None:
     """Liger's DyT as published (its liger_kernel imports from the installed wheel), pinned to configs[4]
-    up to N=4096: at N=4096 Triton runs that config without benchmarking, at N=8192 it times the whole
-    list of 18; both outputs are correct."""
+    up to N=4096: at N=4096 Triton runs that config alone (session 11's H200, Triton 3.6: after timing it
+    alone), at N=8192 it times the whole list of 18; both outputs are correct."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
@@ -386,7 +386,9 @@ def test_a_pinned_liger_dyt_runs_its_config_within_the_bound_and_autotunes_past_
         if benchmarked:
             assert kernel.configs_timings is not None and len(kernel.configs_timings) == 18
         else:
-            assert kernel.configs_timings is None  # one config kept: no benchmark ran
+            # One config kept. Triton 3.9 runs it without a benchmark; 3.6 (the H200's) times it alone.
+            kept = list(kernel.configs_timings or {})
+            assert kept in ([], [kernel.best_config]), kept
             assert kernel.best_config.kwargs["BLOCK_N"] == 1024 and kernel.best_config.num_warps == 8
             assert kernel.best_config.num_stages == 2
 
