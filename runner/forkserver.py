@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import confinement, reaper
+from .environment import scrubbed_env
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
@@ -101,6 +102,9 @@ def _child(req: Mapping[str, Any], out_fd: int, channel: Sequence[int] = ()) -> 
         if req.get("policy"):
             confinement.restrict(confinement.Policy.from_json(req["policy"]))
         code = 1
+        if req.get("probe") == "cuda":
+            _cuda_works()
+            os._exit(0)
         if req.get("probe"):
             os._exit(0)
         from . import harness
@@ -147,12 +151,27 @@ def _cuda_state() -> str | None:
     with contextlib.suppress(Exception):
         if cuda is not None and cuda.is_initialized():
             return "torch initialised CUDA"
+    return None
+
+
+def _driver_loaded() -> str | None:
+    """The CUDA driver library this process has mapped, if any. Mapped is not initialised: Triton 3.6's
+    import maps it on the H200 (session 11). Whether a fork can then use CUDA is tried, not guessed
+    (warm_server's CUDA probe)."""
     with contextlib.suppress(OSError), open("/proc/self/maps") as f:
         for line in f:
             lib = line.rsplit("/", 1)[-1].strip() if "/" in line else ""
             if lib.startswith("libcuda.so"):
-                return f"the CUDA driver ({lib}) is loaded"
+                return lib
     return None
+
+
+def _cuda_works() -> None:
+    """In a probe child: one kernel and a copy back, or an exception (the probe's exit says which)."""
+    import torch
+
+    x = torch.ones(4, device="cuda")
+    assert float((x + x).sum().item()) == 8.0
 
 
 def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
@@ -175,7 +194,7 @@ def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
     finally:
         sys.meta_path.remove(refuse)  # the children import as a fresh interpreter would
     added = sorted({m.partition(".")[0] for m in sys.modules} - before)
-    return {"preloaded": done, "failed": failed, "added": added, "cuda": _cuda_state(),
+    return {"preloaded": done, "failed": failed, "added": added, "cuda": _cuda_state(), "driver": _driver_loaded(),
             "seconds": time.perf_counter() - t0}  # fmt: skip
 
 
@@ -278,6 +297,8 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self.probed: set[bool] = set()
         """The ``isolate`` values a probe child has shown to work with this server."""
+        self.cuda: str | None = None
+        """Once a CUDA probe ran: "" if a forked child used the GPU, else why it could not."""
         self.ready: dict[str, Any] | None = None
         """A warm server's report of its preload (``_preload``), once it has sent it."""
         self._ready = threading.Event()
@@ -327,7 +348,7 @@ class ForkServer:
             self._proc.wait(timeout=10)
 
     def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], isolate: bool,
-              timeout_s: float = 60.0, probe: bool = False, policy: str | None = None,
+              timeout_s: float = 60.0, probe: bool | str = False, policy: str | None = None,
               fds: Sequence[int] = ()) -> Forked:  # fmt: skip
         rid = next(self._ids)
         answer: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -354,14 +375,19 @@ class ForkServer:
         with self._lock:
             return self._exits.pop(pid, None)
 
-    def probe(self, cwd: Path, env: Mapping[str, str], isolate: bool) -> str | None:
-        """None if a child can be forked (and confined, with ``isolate``) here; else why not."""
+    def probe(self, cwd: Path, env: Mapping[str, str], isolate: bool, cuda: bool = False) -> str | None:
+        """None if a child can be forked (and confined, with ``isolate``) here, and with ``cuda`` run
+        a kernel on the GPU; else why not."""
+        child = None
         try:
-            child = self.spawn([], cwd, env, isolate, probe=True)
+            child = self.spawn([], cwd, env, isolate, probe="cuda" if cuda else True)
             code = child.wait(timeout=60)
             said = child.stdout.read().decode(errors="replace")[-300:]
             child.stdout.close()
         except (OSError, subprocess.TimeoutExpired) as e:
+            if child is not None:  # a probe that hangs (a CUDA call in a bad fork can) is not left behind
+                with contextlib.suppress(OSError):
+                    os.killpg(child.pid, signal.SIGKILL)
             return str(e)
         return None if code == 0 else f"exit {code}: {said.strip()}"
 
@@ -430,10 +456,11 @@ def warm_running() -> bool:
     return bool(_WARM)
 
 
-def warm_server(tree: Collection[str], cwd: Path, isolate: bool) -> tuple[ForkServer | None, str]:
-    """The warm server for a child whose candidate defines the top-level names ``tree``, and how the
-    report says the child was started; (None, why not) where one runs but cannot serve this child,
-    (None, "") where none runs."""
+def warm_server(tree: Collection[str], cwd: Path, isolate: bool,
+                cuda: bool = False) -> tuple[ForkServer | None, str]:  # fmt: skip
+    """The warm server for a child whose candidate defines the top-level names ``tree`` (and runs on
+    the GPU, with ``cuda``), and how the report says the child was started; (None, why not) where one
+    runs but cannot serve this child, (None, "") where none runs."""
     w = _WARM[-1] if _WARM else None
     if w is None:
         return None, ""
@@ -455,5 +482,13 @@ def warm_server(tree: Collection[str], cwd: Path, isolate: bool) -> tuple[ForkSe
             if why is not None:
                 return None, f"a child of the warm server of target {w.label} could not be confined: {why}"
             w.server.probed.add(isolate)
+        if cuda and ready.get("driver") and w.server.cuda is None:
+            # The preload mapped the driver without initialising it: a fork can then use the GPU,
+            # unless something initialised it after all. One probe child runs a kernel and says which.
+            why = w.server.probe(cwd, scrubbed_env(), isolate, cuda=True)
+            w.server.cuda = "" if why is None else why
+    if cuda and w.server.cuda:
+        return None, (f"preloading {', '.join(ready['preloaded'])} loaded the CUDA driver ({ready['driver']}) "
+                      f"and a child forked after it could not use the GPU: {w.server.cuda}")  # fmt: skip
     return w.server, (f"forked from the warm server of target {w.label} "
                       f"(preloaded: {', '.join(ready['preloaded']) or 'nothing'})")  # fmt: skip

@@ -281,7 +281,7 @@ def _warm_server(request: Mapping[str, Any], work: Path, isolate: bool) -> tuple
         context = [SourceFile(str(f["path"]), str(f["content"])) for f in request.get("context") or ()]
     except Exception:  # noqa: BLE001 - a request this cannot read is served as without a warm server
         return None, ""
-    return warm_server(tree_names(solution, context), work, isolate)
+    return warm_server(tree_names(solution, context), work, isolate, cuda=str(request.get("device", "")).startswith("cuda"))
 
 
 def _follow(during: Callable[[Path], None], work: Path, stop: threading.Event) -> None:

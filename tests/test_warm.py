@@ -147,8 +147,12 @@ def test_an_edit_to_a_tree_module_the_installed_copy_also_has_is_what_runs(tmp_p
     assert not log.exists()  # the installed helperpkg was never imported by the server
 
 
-def test_a_preload_that_loads_the_cuda_driver_sends_children_to_the_plain_server(tmp_path: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_preload_that_loads_the_cuda_driver_forks_gpu_children_only_after_a_probe_used_the_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A preload that mapped the CUDA driver (Triton 3.6's import does, on the H200: session 11) is not
+    refused on sight: mapped is not initialised. One probe child forked after it runs a kernel, and only
+    its failure sends GPU children elsewhere. Here (no GPU) the probe fails, as a fork after an
+    initialised driver would, and the report says why; a CPU child still forks warm."""
     # What a driver load looks like from /proc/self/maps: a mapped file named libcuda.so.1.
     kernel = "import cudapkg\n\ndef run(x):\n    return x * 2\n"
     t, repo, _ = _setup(tmp_path, monkeypatch, kernel)
@@ -159,13 +163,16 @@ def test_a_preload_that_loads_the_cuda_driver_sends_children_to_the_plain_server
     (tmp_path / "site" / "cudapkg.py").write_text(cudapkg)
     sol = t.solution(repo)
     assert preload.start(t.name, sol, t.context(repo), "cpu").modules == ("cudapkg",)
-    ready = forkserver._WARM[-1].server.wait_ready(120)
-    assert ready is not None and "libcuda.so.1" in str(ready["cuda"]), ready
+    server = forkserver._WARM[-1].server
+    ready = server.wait_ready(120)
+    assert ready is not None and ready["driver"] == "libcuda.so.1" and ready["cuda"] is None, ready
     o = _evaluate(t, repo, sol, tmp_path)
     assert o.passed, (o.environment["sandbox"], o.log)
-    spawn = o.environment["sandbox"]["spawn"]
-    assert spawn.startswith(("forked from the fork server (not the warm one: ", "fresh interpreter: ")), spawn
-    assert "preloading cudapkg initialised CUDA (the CUDA driver (libcuda.so.1) is loaded)" in spawn, spawn
+    assert o.environment["sandbox"]["spawn"] == "forked from the warm server of target k (preloaded: cudapkg)"
+    got, why = forkserver.warm_server(("kern",), tmp_path, isolate=False, cuda=True)
+    assert got is None and "loaded the CUDA driver (libcuda.so.1)" in why and "could not use the GPU" in why, why
+    assert server.cuda, "the probe's answer is kept: one probe per server"
+    assert forkserver.warm_server(("kern",), tmp_path, isolate=False, cuda=False)[0] is server
 
 
 def test_the_pull_requests_own_code_is_never_preloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,8 +248,9 @@ def run(x):
 
 @pytest.mark.gpu
 def test_on_the_gpu_a_triton_target_forks_from_its_warm_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """H200: importing torch, triton and triton.language leaves CUDA alone, so candidates fork warm
-    and verify on the GPU; liger_kernel's import (where installed) says which path it takes."""
+    """H200: importing torch, triton and triton.language initialises no CUDA (Triton 3.6 maps the driver:
+    session 11), so after one probe child ran a kernel, candidates fork warm and verify on the GPU;
+    liger_kernel's import (where installed) says which path it takes."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
@@ -252,6 +260,7 @@ def test_on_the_gpu_a_triton_target_forks_from_its_warm_server(tmp_path: Path, m
     assert plan.modules == ("torch", "triton", "triton.language"), plan
     ready = forkserver._WARM[-1].server.wait_ready(300)
     assert ready is not None and ready["cuda"] is None and not ready["failed"], ready
+    print("warm server's preload:", ready)
     es = EvalSettings(device="cuda", trials=1, timeout_s=120, cache_dir=tmp_path / "cache", context=t.context(repo))
     outcomes = [evaluate(t.definition, sol, t.workloads, t.tolerance, es) for _ in range(2)]
     for o in outcomes:
