@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import tensorfile
 from .sandbox import ChildResult, read_capped, run_child
 from .target import Tolerance
 from .timekeeper import Timekeeper, digest_of
@@ -293,22 +294,11 @@ def _reference_key(req: Mapping[str, Any]) -> str:
 
 
 def _load(path: Path, cap: int) -> Any:
-    """A saved output file, read whole into this process's memory first (at most ``cap`` bytes, never
-    through a symlink or from a FIFO): never a memory map of a file the child still owns, which it
-    could truncate under us (SIGBUS). Raises OSError or whatever torch.load raises on garbage."""
-    import io
-    import zipfile
-
-    import torch
-
-    data = io.BytesIO(read_capped(path, cap))
-    # torch.save stores its records uncompressed: a compressed record could inflate far past the cap.
-    with zipfile.ZipFile(data) as z:
-        records = z.infolist()
-    if any(r.compress_type != zipfile.ZIP_STORED for r in records) or sum(r.file_size for r in records) > cap:
-        raise ValueError(f"{path.name} is not a file torch.save wrote (compressed or oversized records)")
-    data.seek(0)
-    return torch.load(data, weights_only=True, map_location="cpu")
+    """A saved output file (runner/tensorfile.py), read whole into this process's memory first (at most
+    ``cap`` bytes, never through a symlink or from a FIFO): never a memory map of a file the child
+    still owns, which it could truncate under us (SIGBUS); its tensors are views of that copy. Raises
+    OSError, or TensorFileError (a ValueError) naming what is wrong with a file it did not write."""
+    return tensorfile.read(read_capped(path, cap), path.name)
 
 
 def _output_elements(req: Mapping[str, Any], wide: bool) -> int:
@@ -431,7 +421,7 @@ class _OutputJudge:
         self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, 0
         self.wi, self.ref, self.keeper, self.cap, self.offset = wi, ref, keeper, cap, offset
         self.named = list(definition.outputs.items())
-        self.jobs = [(f"w{wi}_t{t}_r{r}.pt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
+        self.jobs = [(f"w{wi}_t{t}_r{r}.kpt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
                       {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
                      for t in range(trials) for r in (0, 1)]  # fmt: skip
         self.timed = False  # whether the checked timed calls' jobs are known (once their phase ended)
@@ -456,7 +446,7 @@ class _OutputJudge:
                                        "its timing phase over the parent's channel")  # fmt: skip
             return False
         ref, wi, o = self.ref, self.wi, self.offset
-        self.jobs += [(f"w{wi}_c{j}.pt", ref.checks[wi][o + j], ref.checks64[wi][o + j] if ref.checks64[wi] else None,
+        self.jobs += [(f"w{wi}_c{j}.kpt", ref.checks[wi][o + j], ref.checks64[wi][o + j] if ref.checks64[wi] else None,
                        {"timed_call": pos, "digest": phase.digests.get(pos),  # type: ignore[dict-item]
                         "reason_if_wrong": "a timed call, at a position drawn in secret by the parent, returned "
                         "wrong outputs (work skipped on calls it hoped were unchecked, or a cache keyed on pointers?)"})

@@ -53,6 +53,8 @@ def restart_clock() -> None:
 
 import torch  # noqa: E402
 
+from .tensorfile import save as _save_outputs  # noqa: E402  (bound before any candidate runs)
+
 # Captured before any candidate code is imported: timing goes only through these references, and
 # every call of the candidate is followed by a check that none of the originals was replaced.
 _perf_counter = time.perf_counter
@@ -524,40 +526,10 @@ def _snapshot(values: Sequence[Any], _clone_tensor: Any = _clone_tensor) -> list
     return [_clone_tensor(v.detach()) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _portable(values: Sequence[Any]) -> list[Any]:
-    # Only tensors and plain numbers cross to the parent, which loads them with weights_only=True.
-    out: list[Any] = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            # A GPU tensor is saved as it is: torch.save copies it through pinned memory (below).
-            out.append(v.detach() if v.is_cuda else v.detach().to("cpu", copy=True))
-        elif isinstance(v, (int, float, bool)):
-            out.append(v)
-        else:
-            out.append({"not_a_tensor": type(v).__name__})
-    return out
-
-
-def _fast_saves() -> None:
-    """Outputs cross to the parent as files, gigabytes per evaluation at GPU sizes: on the H200 their
-    saving took 5.5 of a 9.8 s evaluation. A pinned staging copy (cached by torch's host allocator)
-    is several times faster than a pageable one, and the zip's CRC32 guards nothing the parent needs:
-    it reads the file once, right after the child wrote it, with weights_only."""
-    try:
-        from torch.utils.serialization import config
-
-        config.save.use_pinned_memory_for_d2h = True
-        config.save.compute_crc32 = False
-    except (ImportError, AttributeError):  # an older torch: its defaults, only slower
-        pass
-
-
 def _save(values: Sequence[Any], path: Path) -> str:
     t0 = _perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    torch.save(_portable(values), part)
-    os.replace(part, path)  # complete when it appears: the parent judges files while this process goes on
+    _save_outputs(values, path)  # complete when it appears: the parent judges files while this process goes on
     _SAVED[0] += _perf_counter() - t0
     return path.name
 
@@ -588,11 +560,11 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
                                  "checks64": []}  # fmt: skip
 
         def outputs(inputs: list[Any], kind: str, name: str, entry: dict[str, Any] = entry) -> None:
-            entry[kind].append(_save(_as_tuple(ref(*_clone(inputs))), workdir / "ref" / f"{name}.pt"))
+            entry[kind].append(_save(_as_tuple(ref(*_clone(inputs))), workdir / "ref" / f"{name}.kpt"))
             if req.get("float64_reference"):
                 wide = [x.double() if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else x for x in inputs]
                 entry["float64" if kind == "trials" else "checks64"].append(
-                    _save(_as_tuple(ref(*wide)), workdir / "ref" / f"{name}_f64.pt"))
+                    _save(_as_tuple(ref(*wide)), workdir / "ref" / f"{name}_f64.kpt"))
 
         with torch.no_grad():
             for t in range(trials):
@@ -639,7 +611,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                     raise CandidateError("INCORRECT_NUMERICAL", json.dumps(
                         {"input": name, "trial": t, "reason": "the call modified an input, which the "
                          "definition does not declare as an output"}))  # fmt: skip
-            runs.append(_save(got, workdir / "out" / f"w{wi}_t{t}_r{int(second)}.pt"))
+            runs.append(_save(got, workdir / "out" / f"w{wi}_t{t}_r{int(second)}.kpt"))
         files.append(runs)
     timing_checks: list[str] = []
     t0 = _perf_counter()
@@ -914,7 +886,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     if checks is not None and kind == "time":
         folder, wi, names = checks
         for j, i in enumerate(sorted(commits.kept)):
-            names.append(_save(commits.kept[i], folder / f"w{wi}_c{j}.pt"))
+            names.append(_save(commits.kept[i], folder / f"w{wi}_c{j}.kpt"))
     return summary
 
 
@@ -1077,7 +1049,6 @@ def _timed_build(req: Mapping[str, Any], workdir: Path) -> tuple[Callable[..., A
 def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     device = req["device"]
     mode = req.get("mode", "evaluate")
-    _fast_saves()
     # Under ncu the candidate is imported before CUDA starts: ncu's injection begins with CUDA, and
     # on the H200 importing liger_kernel inside the ncu child took 7.8 s of its 15
     # (benchmarks/corpus_profile.py --ncu-import measures the import with and without ncu).

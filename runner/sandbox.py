@@ -211,11 +211,13 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
 _RESULT_CAP = 256 << 20
 
 
-def read_capped(path: Path, cap: int) -> bytes:
+def read_capped(path: Path, cap: int) -> bytearray:
     """A file a child wrote, read whole into this process's memory: never through a symlink, never
     a FIFO or device (opened non-blocking, then it must be a regular file), at most ``cap`` bytes.
     Nothing the child does to the file afterwards (truncating it, say) can reach this process, as it
-    could through a memory map (SIGBUS). Raises OSError (ValueError included) on each refusal."""
+    could through a memory map (SIGBUS). Read straight into one buffer of the size the file had
+    (outputs are hundreds of megabytes: no second copy), which tensors can then view
+    (runner/tensorfile.py). Raises OSError (ValueError included) on each refusal."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -223,15 +225,23 @@ def read_capped(path: Path, cap: int) -> bytes:
             raise OSError(f"{path.name} is not a regular file")
         if st.st_size > cap:
             raise OSError(f"{path.name} holds {st.st_size} bytes, more than the {cap} its contents can need")
-        chunks: list[bytes] = []
+        buf = bytearray(st.st_size)
         got = 0
-        while True:
-            chunk = os.read(fd, min(1 << 24, cap + 1 - got))
+        with memoryview(buf) as view:
+            while got < len(buf):
+                n = os.readv(fd, [view[got : got + (1 << 26)]])
+                if not n:
+                    break
+                got += n
+        if got < len(buf):  # truncated while it was read: what was there
+            del buf[got:]
+            return buf
+        while True:  # grown since: at most the cap in all
+            chunk = os.read(fd, min(1 << 24, cap + 1 - len(buf)))
             if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            got += len(chunk)
-            if got > cap:
+                return buf
+            buf += chunk
+            if len(buf) > cap:
                 raise OSError(f"{path.name} grew past {cap} bytes while it was read")
     finally:
         os.close(fd)
