@@ -33,9 +33,9 @@ DEFINITION = Definition.from_json({
     "inputs": {"a": {"shape": ["M", "N"], "dtype": "float32"}, "b": {"shape": ["M", "N"], "dtype": "float32"}},
     "outputs": {"out": {"shape": ["M", "N"], "dtype": "float32"}},
     "reference": "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n",
-})  # fmt: skip
+})
 WORKLOADS = [Workload.from_json({"axes": {"M": m}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
-                                 "uuid": f"m{m}"}) for m in (4, 64)]  # fmt: skip
+                                 "uuid": f"m{m}"}) for m in (4, 64)]
 SOURCE = "import torch\n\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"
 REAL_ABI = confinement.landlock_abi
 
@@ -43,7 +43,7 @@ REAL_ABI = confinement.landlock_abi
 def _solution(i: int) -> Solution:
     # A new name per evaluation: nothing is cached across them but the reference outputs.
     return Solution(f"honest-{i}", DEFINITION.name, "bench", BuildSpec("python", ("cpu", "cuda"), "cand.py::run",
-                    destination_passing_style=False), (SourceFile("cand.py", SOURCE),))  # fmt: skip
+                    destination_passing_style=False), (SourceFile("cand.py", SOURCE),))
 
 
 def _arm(confined: bool) -> None:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = EvalSettings(device=args.device, trials=3)
     report: dict[str, Any] = {"device": args.device, "n": args.n, "landlock_abi": REAL_ABI(),
-                              "namespaces": network_isolation(args.device)[1], "ways": {}}  # fmt: skip
+                              "namespaces": network_isolation(args.device)[1], "ways": {}}
     print(f"Landlock ABI {REAL_ABI()}; {report['namespaces']}")
     for way, fork in (("fresh interpreter", False), ("fork server", True)):
         es = replace(base, fork_server=fork)
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = med["confined"] / med["unconfined"]
         report["ways"][way] = {"median_s": med, "ratio": ratio, "times_s": times, "confinement": labels}
         print(f"| {way} | confined {med['confined']:.3f} s | unconfined {med['unconfined']:.3f} s | "
-              f"+{100 * (ratio - 1):.1f} % |")  # fmt: skip
+              f"+{100 * (ratio - 1):.1f} % |")
         print(f"    confined as: {labels['confined']}")
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -356,7 +356,7 @@ def run(x, w):
         (("BLOCK_SIZE", (256, 512, 1024, 2048, 4096, 8192)), ("num_warps", WARPS)),
         {"BLOCK_SIZE": 256, "num_warps": 32}, {"BLOCK_SIZE": 8192, "num_warps": 32}, ("BLOCK_SIZE",),
     ),
-]  # fmt: skip
+]
 
 # The CPU stand-in: a local kernel, two configurations, small enough for Triton's interpreter.
 TINY = Kernel(
@@ -404,7 +404,7 @@ def run(x):
     return y
 ''',
     (("BLOCK", (16, 32)),), {"BLOCK": 16}, {"BLOCK": 32}, ("BLOCK",), {"num_warps": 4, "num_stages": 3},
-)  # fmt: skip
+)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -511,7 +511,7 @@ def measure(fn: Callable[..., Any], bench: Bench) -> dict[str, Any]:
         bench.sync()
     except Exception as e:  # a configuration that does not build or launch is a data point, not a crash
         return {"status": _status_of(e), "error": f"{type(e).__name__}: {str(e)[:300]}",
-                "first_call_s": round(time.perf_counter() - t, 3)}  # fmt: skip
+                "first_call_s": round(time.perf_counter() - t, 3)}
     first = time.perf_counter() - t
     atol, rtol = bench.tol
     exp = bench.expected
@@ -524,7 +524,7 @@ def measure(fn: Callable[..., Any], bench: Bench) -> dict[str, Any]:
     t = time.perf_counter()
     ms = bench.time_ms(lambda: fn(*bench.inputs))
     return {"status": "PASSED", "ms": ms, "max_abs": max_abs, "first_call_s": round(first, 3),
-            "bench_s": round(time.perf_counter() - t, 3)}  # fmt: skip
+            "bench_s": round(time.perf_counter() - t, 3)}
 
 
 def cpu_do_bench(fn: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
@@ -571,7 +571,7 @@ def autotune(kernel: Kernel, bench: Bench, work: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - t
     cfg = module.KERNEL.best_config
     picked = {**{k: int(cfg.kwargs[k]) for k in kernel.meta_keys},
-              **{k: int(getattr(cfg, k)) for k, _ in kernel.space if k not in kernel.meta_keys}}  # fmt: skip
+              **{k: int(getattr(cfg, k)) for k, _ in kernel.space if k not in kernel.meta_keys}}
     return {"status": "PASSED", "seconds": round(seconds, 2), "pick": picked, "pick_key": kernel.key(picked)}
 
 
@@ -589,7 +589,7 @@ def _solution(kernel: Kernel, point: Mapping[str, int]) -> Any:
 
     d = _definition(kernel.case)
     return Solution(f"{kernel.name}-pr", d.name, "pr", BuildSpec("triton", ("cuda",), f"{LAUNCHER}::run"),
-                    (SourceFile(LAUNCHER, kernel.source(point)),))  # fmt: skip
+                    (SourceFile(LAUNCHER, kernel.source(point)),))
 
 
 def point_of(kernel: Kernel, params: Mapping[str, Any], *, swept_only: bool = False) -> dict[str, int] | None:
@@ -620,7 +620,7 @@ def _knobs(params: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 
 def replay(kernel: Kernel, points: Mapping[str, Mapping[str, Any]], start: Mapping[str, int], strategy: str,
-           budget: int, n: int, findings: tuple[Any, ...] = ()) -> dict[str, Any]:  # fmt: skip
+           budget: int, n: int, findings: tuple[Any, ...] = ()) -> dict[str, Any]:
     from kernelpro.runner.candidate import Candidate
     from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
     from kernelpro.runner.programmers import Context
@@ -641,7 +641,7 @@ def replay(kernel: Kernel, points: Mapping[str, Mapping[str, Any]], start: Mappi
         res = (WorkloadResult("w", rec["status"], rec.get("error", ""), corr, t),)
         trail.append((key, rec["ms"] if ok else None))
         return Scored(cand, Outcome(cand.key, rec["status"], res, log=rec.get("error", "")),
-                      base_ms / rec["ms"] if ok else 0.0)  # fmt: skip
+                      base_ms / rec["ms"] if ok else 0.0)
 
     root_cand = Candidate(_solution(kernel, start), None, "init", "the pull request")
     root = scored(root_cand, kernel.key(start))
@@ -682,7 +682,7 @@ def replay(kernel: Kernel, points: Mapping[str, Mapping[str, Any]], start: Mappi
             "speedup": base_ms / best_ms, "pct_of_sweep_best": 100.0 * sweep_best / best_ms,
             "evaluations_to_95pct": to95, "sweep_gpu_s_to_95pct": gpu_s95, "sweep_gpu_s": round(gpu_s, 2),
             "policy_s": round(policy_s, 3), "proposals_outside_space": skipped[0],
-            "trail": [k for k, _ in trail]}  # fmt: skip
+            "trail": [k for k, _ in trail]}
 
 
 # --------------------------------------------------------------------------- end to end
@@ -711,7 +711,7 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
     config = {"version": 1, "targets": [{
         "name": kernel.name, "files": [LAUNCHER], "language": "triton", "entry_point": f"{LAUNCHER}::run",
         "definition": f"definitions/{kernel.name}.json", "workloads": [{first_axis: kernel.case.axes[first_axis]}],
-        "budget": {"evaluations": budget, "minutes": minutes, "timeout_s": 120}}]}  # fmt: skip
+        "budget": {"evaluations": budget, "minutes": minutes, "timeout_s": 120}}]}
     (top / ".kernelpro.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     repo.git.add(A=True)
     repo.index.commit("kernelpro configuration")
@@ -724,7 +724,7 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
     os.environ["KERNELPRO_DEVICE"] = device
     os.environ.setdefault("KERNELPRO_PROGRESS", "0")
     rc = kernelpro(["optimize", "--repo", str(top), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                    "--search", "mcts", "--programmer", "tuner"])  # fmt: skip
+                    "--search", "mcts", "--programmer", "tuner"])
     wall = time.perf_counter() - t
     res = json.loads((out / kernel.name / "result.json").read_text()) if rc == 0 else {}
     keep.mkdir(parents=True, exist_ok=True)
@@ -742,7 +742,7 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
     # (forked from the target's warm server, the plain fork server, or a fresh interpreter, and why).
     journal = keep / "journal.jsonl"
     outcomes = [d["outcome"] for x in (journal.read_text().splitlines() if journal.exists() else ())
-                if x.strip() and isinstance(d := json.loads(x), dict) and isinstance(d.get("outcome"), dict)]  # fmt: skip
+                if x.strip() and isinstance(d := json.loads(x), dict) and isinstance(d.get("outcome"), dict)]
     eval_s = [float(o["wall_seconds"]) for o in outcomes if o.get("wall_seconds")]
     spawns: dict[str, int] = {}
     for o in outcomes:
@@ -754,7 +754,7 @@ def e2e(kernel: Kernel, work: Path, keep: Path, budget: int, minutes: float, dev
             "stop_reason": res.get("stop_reason"), "best_search_speedup": best_search, "profile_s": profile_s,
             "winner_speedup": winner.get("speedup"), "winner_config": kernel.key(point) if point else None,
             "winner_unswept": unswept(kernel, params), "winner_params": params or None,
-            "report": str(keep / "report.md")}  # fmt: skip
+            "report": str(keep / "report.md")}
 
 
 # --------------------------------------------------------------------------- main
@@ -768,7 +768,7 @@ def _floor_ms(kernel: Kernel, hardware: str) -> float | None:
     w = Workload.make(d, {})
     dtypes = [s[1] for s in (*kernel.case.inputs.values(), *kernel.case.outputs.values())]
     a = analyze_reference(d, [w], flops=kernel.case.flops, nbytes=kernel.case.nbytes,
-                          ceilings=default_ceilings(hardware, dtypes), measured_ms={w.uuid: 1.0}, profile=None)  # fmt: skip
+                          ceilings=default_ceilings(hardware, dtypes), measured_ms={w.uuid: 1.0}, profile=None)
     return a.workloads[0].floor_ms if a.workloads else None
 
 
@@ -790,7 +790,7 @@ def _profile_findings(kernel: Kernel, device: str) -> tuple[tuple[Any, ...], lis
 def run_kernel(kernel: Kernel, args: argparse.Namespace, work: Path, hardware: str) -> dict[str, Any]:
     bench = make_bench(kernel.case, args.device, args.reps)
     row: dict[str, Any] = {"kernel": kernel.name, "space": {k: list(v) for k, v in kernel.space},
-                           "pr": kernel.key(kernel.pr), "upstream": kernel.key(kernel.upstream) if kernel.upstream else None}  # fmt: skip
+                           "pr": kernel.key(kernel.pr), "upstream": kernel.key(kernel.upstream) if kernel.upstream else None}
     if kernel.case.wrapper:
         path = work / f"{kernel.name}_upstream.py"
         path.write_text(kernel.case.wrapper)
@@ -831,7 +831,7 @@ def run_kernel(kernel: Kernel, args: argparse.Namespace, work: Path, hardware: s
             r["start"] = label
             row["searches"].append(r)
             say(f"{kernel.name} from {label}: {strategy} found {r['best_ms']:.4f} ms ({r['pct_of_sweep_best']:.1f} % "
-                f"of the sweep best) in {r['evaluations']} evaluations")  # fmt: skip
+                f"of the sweep best) in {r['evaluations']} evaluations")
     return row
 
 
@@ -855,7 +855,7 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
             print(f"| {row['kernel']} | {s['start']} | {_fmt(base)} | {s['strategy']} | {_fmt(s['best_ms'])} "
                   f"({s['best_config']}) | {_fmt(s['speedup'], '.2f')}x | {_fmt(sb['ms'])} ({sb['config']}) | "
                   f"{_fmt(s['pct_of_sweep_best'], '.1f')} | {s['evaluations_to_95pct'] or 'not reached'} | "
-                  f"{_fmt(s['sweep_gpu_s_to_95pct'], '.1f')} | {_fmt(roof, '.0f')} |")  # fmt: skip
+                  f"{_fmt(s['sweep_gpu_s_to_95pct'], '.1f')} | {_fmt(roof, '.0f')} |")
     print("\n### The sweep and triton.autotune over the same space\n")
     print("| kernel | configurations | failing | sweep GPU s | upstream as shipped ms | autotune pick (ms) | "
           "autotune s (cached compiles) | autotune s, cold estimate |")
@@ -869,7 +869,7 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
         pick = f"{at.get('pick_key')} ({_fmt(at.get('pick_ms'))})" if at.get("status") == "PASSED" else at.get("error", "")[:60]
         print(f"| {row['kernel']} | {len(row['sweep'])} | {fails} | {row.get('sweep_seconds')} | "
               f"{_fmt(up.get('ms')) if up.get('status') == 'PASSED' else up.get('status', 'n/a')} | {pick} | "
-              f"{at.get('seconds', 'n/a')} | {at.get('cold_estimate_s', 'n/a')} |")  # fmt: skip
+              f"{at.get('seconds', 'n/a')} | {at.get('cold_estimate_s', 'n/a')} |")
     e2es = [r for r in rows if "e2e" in r]
     if e2es:
         print("\n### End to end: kernelpro optimize (tuner, mcts) on the degraded PR\n")
@@ -888,7 +888,7 @@ def print_tables(rows: Sequence[Mapping[str, Any]], budget: int) -> None:
             print(f"| {row['kernel']} | {e.get('evaluations')} | {e.get('wall_s')} | "
                   f"{_fmt(e.get('best_search_speedup'), '.2f')} | {_fmt(e.get('winner_speedup'), '.2f')} | "
                   f"{config} | {_fmt(predicted, '.2f')} | {e.get('stop_reason')} | "
-                  f"{', '.join(f'{x:g}' for x in e.get('profile_s') or []) or 'none'} |")  # fmt: skip
+                  f"{', '.join(f'{x:g}' for x in e.get('profile_s') or []) or 'none'} |")
         print("\n| kernel | s per evaluation (median) | evaluations per minute | how the children started |")
         print("|---|---|---|---|")
         for row in e2es:
@@ -905,15 +905,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--candidates", type=int, default=4, help="candidates per expansion (default 4)")
     p.add_argument("--reps", type=int, default=30, help="timed calls per configuration (default 30)")
     p.add_argument("--profile", action="store_true", help="one ncu/SASS/timeline profile of each degraded PR "
-                   "(about 40-60 s each on the H200) whose findings steer the tuner")  # fmt: skip
+                   "(about 40-60 s each on the H200) whose findings steer the tuner")
     p.add_argument("--e2e", default="", help="comma-separated kernels to also run through `kernelpro optimize`")
     p.add_argument("--e2e-budget", type=int, default=16, help="evaluations of the end-to-end run (default 16)")
     p.add_argument("--e2e-minutes", type=float, default=5.0, help="wall-time budget of each end-to-end run")
     p.add_argument("--no-sweep", action="store_true", help="only the end-to-end runs")
     p.add_argument("--sweep-json", help="with --no-sweep: an earlier run's corpus.json, so the end-to-end table "
-                   "can compare the winner with the measured sweep")  # fmt: skip
+                   "can compare the winner with the measured sweep")
     p.add_argument("--minutes", type=float, default=8.0, help="start no new kernel (nor end-to-end run) after this "
-                   "many minutes, so the tables are printed inside a 10-minute command limit (default 8)")  # fmt: skip
+                   "many minutes, so the tables are printed inside a 10-minute command limit (default 8)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--tiny", action="store_true", help="the local two-configuration kernel instead of the corpus")
     args = p.parse_args(argv)
@@ -925,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = [w for w in wanted if w not in {k.name for k in kernels}]
         if unknown:
             print(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(k.name for k in kernels)}",
-                  file=sys.stderr)  # fmt: skip
+                  file=sys.stderr)
             return 2
         kernels = [k for k in kernels if k.name in wanted]
     e2e_names = {x.strip() for x in args.e2e.split(",") if x.strip()}
@@ -960,15 +960,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if kernel.name in e2e_names:
                 try:
                     row["e2e"] = e2e(kernel, work, out / f"e2e-{kernel.name}", args.e2e_budget, args.e2e_minutes,
-                                     args.device)  # fmt: skip
+                                     args.device)
                 except Exception as e:
                     row["e2e"] = {"error": f"{type(e).__name__}: {e}"[:500]}
                     say(f"{kernel.name}: end to end failed: {row['e2e']['error']}")
             rows.append(row)
             (out / "corpus.json").write_text(json.dumps({"hardware": hardware, "device": args.device,
-                                                         "budget": args.budget, "rows": rows}, indent=1) + "\n")  # fmt: skip
+                                                         "budget": args.budget, "rows": rows}, indent=1) + "\n")
     (out / "corpus.json").write_text(json.dumps({"hardware": hardware, "device": args.device, "budget": args.budget,
-                                                 "rows": rows}, indent=1) + "\n")  # fmt: skip
+                                                 "rows": rows}, indent=1) + "\n")
     print_tables(rows, args.budget)
     say(f"done; JSON in {out / 'corpus.json'}")
     return 0

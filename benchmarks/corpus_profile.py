@@ -98,7 +98,7 @@ CASES = [
          "import torch\ndef run(x):\n    return torch.softmax(x.float(), -1)\n",
          "from fla.ops.utils.softmax import softmax_fwd\ndef run(x):\n    return softmax_fwd(x)\n",
          "5*M*N", "8*M*N"),
-]  # fmt: skip
+]
 
 
 def _definition(c: Case) -> Definition:
@@ -108,7 +108,7 @@ def _definition(c: Case) -> Definition:
         inputs={k: TensorSpec(s, d) for k, (s, d) in c.inputs.items()},
         outputs={k: TensorSpec(s, d) for k, (s, d) in c.outputs.items()},
         reference=c.reference,
-    )  # fmt: skip
+    )
 
 
 def ncu_import(module: str) -> None:
@@ -127,7 +127,7 @@ def ncu_import(module: str) -> None:
     wrap = [ncu or "ncu", "--profile-from-start", "off", "--target-processes", "application-only"]
     runs = {"without ncu, CUDA first": ([], "import time; " + cuda + timed),
             "with ncu, CUDA first": (wrap, "import time; " + cuda + timed),
-            "with ncu, import first (the harness now)": (wrap, "import time, torch; " + timed + cuda)}  # fmt: skip
+            "with ncu, import first (the harness now)": (wrap, "import time, torch; " + timed + cuda)}
     for label, (wrapper, code) in runs.items():
         if wrapper and ncu is None:
             print(f"{label}: ncu not found")
@@ -147,7 +147,7 @@ def main() -> None:
     p.add_argument("--only", help="comma-separated parts of kernel names: profile only those")
     p.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
                    help="profile as the loop does, with a standby ncu child started before the evaluation "
-                        "(runner/standby.py); --no-standby: a fresh ncu child only")  # fmt: skip
+                        "(runner/standby.py); --no-standby: a fresh ncu child only")
     p.add_argument("--cold", action=argparse.BooleanOptionalAction, default=True,
                    help="also profile once more with a fresh ncu child, to compare")
     p.add_argument("--ncu-import", metavar="MODULE", help="instead: time importing MODULE after CUDA is up, "
@@ -163,7 +163,7 @@ def main() -> None:
             continue
         d = _definition(c)
         sol = Solution(f"{d.name}-upstream", d.name, "upstream", BuildSpec("python", ("cuda",), "wrapper.py::run",
-                       destination_passing_style=c.dps), (SourceFile("wrapper.py", c.wrapper),))  # fmt: skip
+                       destination_passing_style=c.dps), (SourceFile("wrapper.py", c.wrapper),))
         w = Workload.make(d, {})
         cache = Path(tempfile.mkdtemp(prefix="kp-corpus-cache-"))  # this kernel's Triton cache, as the loop keeps one
         # As in the loop: the standby starts once the reference is computed, before the evaluation it overlaps.
@@ -179,11 +179,11 @@ def main() -> None:
             if args.cold and args.standby:
                 cold, cold_secs = profile_candidate(d, sol, [w], es, timeline=timeline, triton_cache=cache)
                 row.update({"cold_profile_s": round(cold_secs, 1), "cold_stages": dict(cold.stages),
-                            "cold_kernels": len(cold.kernels)})  # fmt: skip
+                            "cold_kernels": len(cold.kernels)})
             dtypes = [s[1] for s in (*c.inputs.values(), *c.outputs.values())]
             stage1 = analyze_reference(d, [w], flops=c.flops, nbytes=c.nbytes,
                                        ceilings=default_ceilings(str(outcome.environment.get("hardware", "")), dtypes),
-                                       measured_ms={w.uuid: outcome.latency(w.uuid)}, profile=prof)  # fmt: skip
+                                       measured_ms={w.uuid: outcome.latency(w.uuid)}, profile=prof)
             analysis = run_tools(prof, stage1.bottleneck)
             b = stage1.workloads[0]
             row.update({
@@ -195,7 +195,7 @@ def main() -> None:
                 "stages": dict(prof.stages),
                 # The same import in the evaluation's child, without ncu: what ncu adds to it.
                 "eval_import_s": round(outcome.build_seconds, 2), "eval_startup_s": round(outcome.phases.get("startup", 0.0), 2),
-            })  # fmt: skip
+            })
         else:
             if standby is not None:
                 standby.close()

@@ -47,7 +47,7 @@ def _variants(base: Solution) -> list[Solution]:
             if value != knob.value:
                 text = apply_knobs(src, {knob.name: value})
                 out.append(Solution(f"{knob.name}={value}", base.definition, "bench", base.spec,
-                                    (SourceFile(base.entry_file, text),)))  # fmt: skip
+                                    (SourceFile(base.entry_file, text),)))
     return out
 
 
@@ -77,7 +77,7 @@ def _evaluations(target: Any, variants: list[Any], workloads: tuple[Any, ...], t
         statuses.append(o.status)
     return {"eval_median_s": statistics.median(walls), "eval_all_s": walls, "eval_first_with_reference_s": first,
             "eval_build_median_s": statistics.median(builds), "eval_statuses": statuses, "eval_phases": phases,
-            "eval_workloads": [dict(w.axes) for w in workloads]}  # fmt: skip
+            "eval_workloads": [dict(w.axes) for w in workloads]}
 
 
 def main() -> None:
@@ -123,7 +123,7 @@ def main() -> None:
         if find_nvrtc() is not None:  # the in-process alternative a child uses when nvcc is missing
             for s in sample:
                 b = build({f.path: f.content for f in s.sources}, s.entry_file, Path(tmp) / "nvrtc", arch=arch,
-                          compiler="nvrtc")  # fmt: skip
+                          compiler="nvrtc")
                 assert b.ok and not b.cached, (s.name, b.log[-500:])
                 nvrtc.append(b.seconds)
 
@@ -139,7 +139,7 @@ def main() -> None:
             "hit_median_s": statistics.median(hits), "pool_builds": len(pool_set), "pool_wall_s": pool_wall,
             "pool_builds_per_min": 60 * len(pool_set) / pool_wall,
             "nvrtc_median_s": statistics.median(nvrtc) if nvrtc else None,
-        }  # fmt: skip
+        }
 
         gpu = False
         try:
@@ -174,14 +174,14 @@ def main() -> None:
     if nvrtc:
         print(f"| NVRTC (in-process) cold build, median | {result['nvrtc_median_s']:.2f} s | |")
     print(f"| pool: {len(pool_set)} builds on {args.workers} workers | {result['pool_builds_per_min']:.0f} builds/min "
-          f"({pool_wall:.1f} s) | |")  # fmt: skip
+          f"({pool_wall:.1f} s) | |")
     for prefix, what in (("", f"M={args.eval_m}"), ("large_", "the example's workloads, M=4096 and 16384")):
         if f"{prefix}eval_median_s" not in result:
             continue
         print(f"| full evaluation (build + 5-trial verify + timing + judging), {what}, median of {args.evals} | "
               f"{result[f'{prefix}eval_median_s']:.2f} s (build {result[f'{prefix}eval_build_median_s']:.2f} s; "
               f"first, with the reference child: {result[f'{prefix}eval_first_with_reference_s']:.2f} s) | "
-              f"{'<= 6 s' if not prefix else ''} |")  # fmt: skip
+              f"{'<= 6 s' if not prefix else ''} |")
     if "eval_statuses" in result:
         print(f"\nstatuses: {result['eval_statuses']} {result.get('large_eval_statuses', '')}")
     else:

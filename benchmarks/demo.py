@@ -33,7 +33,7 @@ def main() -> None:
             out = Path(args.out) / search
             t0 = time.perf_counter()
             run_optimize(repo, "HEAD~1", "HEAD", out, settings, kernel=None, budget=args.budget,
-                         programmer_name="tuner", search=search)  # fmt: skip
+                         programmer_name="tuner", search=search)
             wall = time.perf_counter() - t0
             r = json.loads((out / "swiglu" / "result.json").read_text())
             best = max(c["best_speedup"] for c in r["curve"])
@@ -41,7 +41,7 @@ def main() -> None:
             rows.append({"search": search, "device": r["device"], "hardware": r["hardware"],
                          "evaluations": r["evaluations"], "search_best": best, "evals_to_95pct": to95,
                          "verified_speedup": r["winner"]["speedup"] if r["winner"] else None,
-                         "wall_s": round(wall, 1), "s_per_eval": round(wall / max(r["evaluations"], 1), 2)})  # fmt: skip
+                         "wall_s": round(wall, 1), "s_per_eval": round(wall / max(r["evaluations"], 1), 2)})
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "demo.json").write_text(json.dumps(rows, indent=2) + "\n")
     if rows and rows[0]["device"] != "cuda":
@@ -51,7 +51,7 @@ def main() -> None:
     for r in rows:
         v = f"{r['verified_speedup']:.2f}x" if r["verified_speedup"] else "none"
         print(f"| {r['search']} | {r['hardware']} | {r['evaluations']} | {r['search_best']:.2f}x | "
-              f"{r['evals_to_95pct']} | {v} | {r['wall_s']} | {r['s_per_eval']} |")  # fmt: skip
+              f"{r['evals_to_95pct']} | {v} | {r['wall_s']} | {r['s_per_eval']} |")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ DEFINITION = Definition.from_json({
     "inputs": {"x": {"shape": ["M"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["M"], "dtype": "float32"}},
     "reference": "import torch\n\ndef run(x):\n    return x * torch.sigmoid(x)\n",
     "description": "Swish (SiLU), KernelBench level 1: memory-bound, one load and one store per element.",
-})  # fmt: skip
+})
 
 KERNEL = '''import torch
 import triton
@@ -84,7 +84,7 @@ FILE = "kernels/swish.py"
 def solution(name: str, variant: str, block: int = 1024, warps: int = 4) -> Solution:
     src = KERNEL.format(expr=VARIANTS[variant], block=block, warps=warps)
     return Solution(name, DEFINITION.name, "benchmark", BuildSpec("triton", ("cuda",), f"{FILE}::swish", destination_passing_style=False),
-                    (SourceFile(FILE, src),))  # fmt: skip
+                    (SourceFile(FILE, src),))
 
 
 def target(root: Path, m: int, m_cpu: int = 4096) -> Target:
@@ -92,7 +92,7 @@ def target(root: Path, m: int, m_cpu: int = 4096) -> Target:
     (root / "kernels").mkdir(parents=True, exist_ok=True)
     (root / FILE).write_text(solution("baseline", "ieee", block=64, warps=2).sources[0].content)
     return Target("swish", "triton", (FILE,), f"{FILE}::swish", DEFINITION, (Workload.make(DEFINITION, {"M": m}),),
-                  (Workload.make(DEFINITION, {"M": m_cpu}),), bytes="8*M", flops="4*M")  # fmt: skip
+                  (Workload.make(DEFINITION, {"M": m_cpu}),), bytes="8*M", flops="4*M")
 
 
 class FixedProgrammer:
@@ -109,7 +109,7 @@ class FixedProgrammer:
             return []
         self.done = True
         return [Candidate(solution(f"swish-{v}", v), parent.candidate.key, "optimize", f"{v} division, 1024 per program",
-                          {"division": v}) for v in self.variants]  # fmt: skip
+                          {"division": v}) for v in self.variants]
 
 
 def _request(sol: Solution, w: Workload, device: str) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def part_repeat(dev: Any, w: Workload, s: EnergySettings, repeats: int, device: 
             a = m.arms["swish"]
             runs.append({"dynamic_mj": a.dynamic_mj.median, "total_mj": a.total_mj.median, "idle_w": m.idle_w,
                          "ms_per_call": a.ms_per_call, "notes": list(m.notes),
-                         "counter_update_ms": m.counter_update_ms})  # fmt: skip
+                         "counter_update_ms": m.counter_update_ms})
     finally:
         runner.close()
     dyn = [r["dynamic_mj"] for r in runs]
@@ -162,12 +162,12 @@ def part_timing(w: Workload, variants: Sequence[str], device: str = "cuda") -> d
         o = evaluate(DEFINITION, solution(f"swish-{v}", v), [w], Tolerance(), EvalSettings(device=device, reps=200))
         t = o.results[0].timing if o.results else None
         out[v] = {"status": o.status, "median_ms": t.median_ms if t else None, "p10_ms": t.p10_ms if t else None,
-                  "p90_ms": t.p90_ms if t else None, "log": o.log[-500:]}  # fmt: skip
+                  "p90_ms": t.p90_ms if t else None, "log": o.log[-500:]}
     return out
 
 
 def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool,
-                open_device: Any = NvmlDevice) -> dict[str, Any]:  # fmt: skip
+                open_device: Any = NvmlDevice) -> dict[str, Any]:
     from kernelpro.runner.evaluator import EvalSettings
     from kernelpro.runner.optimize import RunSettings, optimize
 
@@ -176,10 +176,10 @@ def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool
         root = tmp / mode
         t = target(root / "repo", m)
         rs = RunSettings(search="greedy", budget=3, gate_top=3, energy=mode, evaluation=EvalSettings(device=device),
-                         feedback="tools" if profile and mode == "active" else "none")  # fmt: skip
+                         feedback="tools" if profile and mode == "active" else "none")
         t0 = time.perf_counter()
         r = optimize(t, root / "repo", root / "out", FixedProgrammer(["ieee", "fast"]), rs,
-                     meter=nvml_meter(device, s, open_device=open_device))  # fmt: skip
+                     meter=nvml_meter(device, s, open_device=open_device))
         e = r.energy
         out[mode] = {
             "seconds": round(time.perf_counter() - t0, 1),
@@ -191,7 +191,7 @@ def part_select(tmp: Path, m: int, device: str, s: EnergySettings, profile: bool
             "ratios": {e.arms[a]: e.ratio(a) for a in e.arms if a != "baseline"} if e else {},
             "choice": e.choice if e else "",
             "proxy_terms": len(e.proxy) if e else 0,
-        }  # fmt: skip
+        }
         print(json.dumps({mode: out[mode]}, default=str))  # each mode as it ends: a cut run keeps the first
     return out
 
@@ -244,7 +244,7 @@ def main(argv: Sequence[str] | None = None, *, open_device: Any = NvmlDevice, de
                 print(f"| {i} | {r['dynamic_mj']:.4g} | {r['total_mj']:.4g} | {r['idle_w']:.1f} | {r['ms_per_call']:.4g} |")
             print(f"\nSpread of the medians (max-min)/median: dynamic {_pct(rep['spread']['dynamic'])}, total "
                   f"{_pct(rep['spread']['total'])} (target <= 3 %: {'met' if rep['ok'] else 'NOT met'}); counter "
-                  f"updates every {rep['runs'][0]['counter_update_ms'] or float('nan'):.1f} ms\n")  # fmt: skip
+                  f"updates every {rep['runs'][0]['counter_update_ms'] or float('nan'):.1f} ms\n")
         if "aa" in parts:
             t0 = time.perf_counter()
             aa = part_pair(dev, w, s, {"a": solution("swish-fast", "fast"), "a2": solution("swish-fast-2", "fast")}, device)
@@ -256,11 +256,11 @@ def main(argv: Sequence[str] | None = None, *, open_device: Any = NvmlDevice, de
             t0 = time.perf_counter()
             timing = part_timing(w, ["ieee", "fast", "approx"], device)
             pair = part_pair(dev, w, s, {"ieee": solution("swish-ieee", "ieee"), "fast": solution("swish-fast", "fast")},
-                             device)  # fmt: skip
+                             device)
             approx = None
             if timing["approx"]["status"] == "PASSED":
                 approx = part_pair(dev, w, s, {"ieee": solution("swish-ieee", "ieee"),
-                                               "approx": solution("swish-approx", "approx")}, device)  # fmt: skip
+                                               "approx": solution("swish-approx", "approx")}, device)
             report["swish"] = {"timing": timing, "ieee_vs_fast": pair, "ieee_vs_approx": approx}
             print(f"## (c) Swish, IEEE vs fast division ({time.perf_counter() - t0:.0f} s)\n")
             print("| division | status | CUDA-event ms (p10-p90) | dynamic mJ/call (95 % CI) | total mJ/call (95 % CI) | vs ieee (95 % CI) |")

@@ -59,7 +59,7 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
     b = Candidate(_solution("A-copy", source), None, "init", "the same kernel")
     # One verification trial: this part measures the gate's timing path; (c) measures verification.
     rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600, fork_server=fork,
-                                                            hold_cycles=hold))  # fmt: skip
+                                                            hold_cycles=hold))
     speedups: list[float] = []
     failures: list[str] = []
     for _ in range(gates):
@@ -70,7 +70,7 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
     faster = sum(s >= rs.gamma for s in speedups)
     return {"speedups": [round(x, 4) for x in speedups], "decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
             "gamma": rs.gamma, "speedup_min": min(speedups, default=0.0), "speedup_max": max(speedups, default=0.0),
-            "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}  # fmt: skip
+            "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}
 
 
 def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False, hold: int = 0) -> dict[str, Any]:
@@ -100,12 +100,12 @@ def throughput(device: str, runs: int, m: int, tmp: Path, fork: bool = False) ->
         o = evaluate(target.definition, _solution(f"thr{i}", source), w, Tolerance(), es)
         walls.append(time.perf_counter() - t0)
         phases.append({k: round(float(v), 2) for k, v in o.phases.items()}
-                      | {"build": round(o.build_seconds, 2), "child": round(o.wall_seconds, 2)})  # fmt: skip
+                      | {"build": round(o.build_seconds, 2), "child": round(o.wall_seconds, 2)})
         if not o.passed:
             failures.append(f"{o.status}: {o.log[-300:]}")
     steady = walls[1:]
     return {"runs": len(steady), "median_s": statistics.median(steady), "first_with_reference_s": walls[0],
-            "walls_s": walls, "phases": phases, "M": m, "trials": 5, "failures": failures}  # fmt: skip
+            "walls_s": walls, "phases": phases, "M": m, "trials": 5, "failures": failures}
 
 
 class Clocks:
@@ -145,7 +145,7 @@ class Clocks:
         if not s:
             return {"samples": 0}
         return {"samples": len(s), "min_mhz": s[0], "p10_mhz": s[len(s) // 10], "median_mhz": s[len(s) // 2],
-                "max_mhz": s[-1], "below_1000_mhz": sum(x < 1000 for x in s) / len(s)}  # fmt: skip
+                "max_mhz": s[-1], "below_1000_mhz": sum(x < 1000 for x in s) / len(s)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="GPU cycles spun before each timed call's start event (EvalSettings.hold_cycles)")
     p.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
                    help="fork each child from the fork server (EvalSettings.fork_server, the default); "
-                        "--no-fork-server starts a fresh interpreter per child")  # fmt: skip
+                        "--no-fork-server starts a fresh interpreter per child")
     args = p.parse_args(argv)
     if args.device == "cuda" and args.tiny:
         p.error("--tiny is the CPU check of this script; on the GPU run the defaults")
@@ -176,11 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as tmp:
         cache = Path(tmp) / "triton-cache"
         res: dict[str, Any] = {"device": args.device, "tiny": tiny, "fork_server": args.fork_server,
-                               "hold_cycles": args.hold_cycles}  # fmt: skip
+                               "hold_cycles": args.hold_cycles}
         fork = args.fork_server
         parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork, args.hold_cycles)),
                  ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork, args.hold_cycles)),
-                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork)))  # fmt: skip
+                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork)))
         chosen = set(args.parts.split(","))
         if chosen - {"aa", "repeat", "throughput"}:
             p.error(f"--parts: unknown {sorted(chosen - {'aa', 'repeat', 'throughput'})}")
@@ -204,22 +204,22 @@ def main(argv: list[str] | None = None) -> int:
     if (a := res.get("aa")) is not None:
         print(f"| A/A false 'faster' (gamma {a['gamma']}, M={a['M']}) | {a['false_faster']}/{a['decisions']} = "
               f"{a['rate']:.1%} (speedups {a['speedup_min']:.3f}..{a['speedup_max']:.3f}) | <= 1 % | "
-              f"{'yes' if a['rate'] <= 0.01 and a['decisions'] else 'NO'} |")  # fmt: skip
+              f"{'yes' if a['rate'] <= 0.01 and a['decisions'] else 'NO'} |")
         problems += a["failures"]
         c = a.get("sm_clock", {})
         if c.get("samples"):
             print(f"| SM clock during the A/A (NVML, every 10 ms) | {c['min_mhz']}..{c['max_mhz']} MHz, median "
-                  f"{c['median_mhz']}, {c['below_1000_mhz']:.0%} of samples below 1 GHz | - | - |")  # fmt: skip
+                  f"{c['median_mhz']}, {c['below_1000_mhz']:.0%} of samples below 1 GHz | - | - |")
     if (r := res.get("repeat")) is not None:
         med = r["medians_ms"]
         print(f"| repeat timing spread, M={r['M']} ({statistics.median(med) * 1e3 if med else float('nan'):.1f} us) | "
               f"{r['spread']:.2%} over {r['runs']} runs | <= 2 % (kernels >= 50 us) | "
-              f"{'yes' if r['spread'] <= 0.02 else 'NO'} |")  # fmt: skip
+              f"{'yes' if r['spread'] <= 0.02 else 'NO'} |")
         problems += r["failures"]
     if (t := res.get("throughput")) is not None:
         print(f"| full evaluation, small Triton kernel (M={t['M']}, 5 trials, cold Triton cache) | "
               f"{t['median_s']:.2f} s median (first, with the reference child: {t['first_with_reference_s']:.2f} s) | "
-              f"<= 5 s | {'yes' if t['median_s'] <= 5 else 'NO'} |")  # fmt: skip
+              f"<= 5 s | {'yes' if t['median_s'] <= 5 else 'NO'} |")
         problems += t["failures"]
     for f in problems:
         print(f"\nFAILED EVALUATION: {f}", file=sys.stderr)

@@ -101,7 +101,7 @@ def _check_literal(init: Sequence[Any]) -> None:
             raise ValueError
     except Exception:  # noqa: BLE001 (any failure means the values do not round-trip)
         raise ProblemError(f"get_init_inputs() returned {init!r}; only plain values (numbers, strings, tuples) "
-                           "can be written into the solution; build tensors inside __init__") from None  # fmt: skip
+                           "can be written into the solution; build tensors inside __init__") from None
 
 
 def _source_with_wrapper(src: str, cls: str, entry: str, init: Sequence[Any], args: Sequence[str]) -> str:
@@ -117,14 +117,14 @@ def load_problem(path: Path, work: Path, start: str, strict: bool, budget: Budge
     missing = [k for k in ("Model", "get_inputs", "get_init_inputs") if k not in ns]
     if missing:
         raise ProblemError(f"{path}: defines no {', '.join(missing)}; a KernelBench problem needs Model, "
-                           "get_inputs and get_init_inputs")  # fmt: skip
+                           "get_inputs and get_init_inputs")
     torch.manual_seed(SEED)
     inputs = list(ns["get_inputs"]())
     init = list(ns["get_init_inputs"]())
     bad = [i for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)]
     if bad:
         raise ProblemError(f"{path}: get_inputs() item(s) {bad} are not tensors; kernelpro generates tensor inputs "
-                           "only: fold scalars into get_init_inputs")  # fmt: skip
+                           "only: fold scalars into get_init_inputs")
     params = [p for p in inspect.signature(ns["Model"].forward).parameters if p != "self"]
     if len(params) != len(inputs):
         raise ProblemError(f"{path}: Model.forward takes {params} but get_inputs() returns {len(inputs)} tensors")
@@ -158,7 +158,7 @@ def load_problem(path: Path, work: Path, start: str, strict: bool, budget: Budge
         name=f"kernelbench_{path.stem}", op_type="kernelbench", axes=axes, inputs=in_specs, outputs=out_specs,
         reference=_source_with_wrapper(src, "Model", "run", init, params),
         description=f"KernelBench-format problem {path.name}",
-    )  # fmt: skip
+    )
     workload = Workload.make(definition, {})
     sol_path = path.parent / "solutions" / path.name
     if start == "solution" and not sol_path.exists():
@@ -171,7 +171,7 @@ def load_problem(path: Path, work: Path, start: str, strict: bool, budget: Budge
         name=path.stem.replace(".", "_"), language="triton" if start == "solution" else "python",
         files=("solution.py",), entry_point="solution.py::run", definition=definition, workloads=(workload,),
         tolerance=Tolerance() if strict else Tolerance(1e-2, 1e-2), budget=budget,
-    )  # fmt: skip
+    )
     return Problem(path.stem, target, checkout, start)
 
 
@@ -219,7 +219,7 @@ def run_problem(problem: Problem, out: Path, programmer: Any, rs: RunSettings) -
         "evaluations": len(result.evaluated), "statuses": dict(_count(s.outcome.status for s in result.evaluated)),
         "stop_reason": result.stop_reason, "wall_s": round(time.perf_counter() - t0, 1),
         "hardware": str(result.baseline.outcome.environment.get("hardware", "unknown")), "device": result.device,
-    }  # fmt: skip
+    }
 
 
 def _count(items: Any) -> dict[str, int]:
@@ -235,18 +235,18 @@ def render(rows: Sequence[dict[str, Any]], agg: dict[str, Any], programmer: str)
         lines += ["> CPU run (Triton interpreter): the protocol runs, the speedups are not GPU speedups.", ""]
     lines += [f"Programmer `{programmer}`, {agg['tasks']} tasks on {rows[0]['hardware'] if rows else '-'}:", "",
               "| problem | start | solved | speedup vs torch | start vs torch | verified gain | evaluations | wall s |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['problem']} | {r['start']} ({r['start_status']}) | {'yes' if r['solved'] else 'no'} | "
                      f"{r['speedup']:.2f}x | {r['start_speedup']:.2f}x | {r['verified_gain_over_start']:.2f}x | "
-                     f"{r['evaluations']} | {r['wall_s']} |")  # fmt: skip
+                     f"{r['evaluations']} | {r['wall_s']} |")
     g = agg["geomean_by_cap"]
     fp = agg["fast_p"]
     lines += ["", "| geomean (cap " + f"{agg['cap']:g}" + ") | " + " | ".join(f"cap {k}" for k in g) +
-              " | " + " | ".join(f"fast_{k}" for k in fp) + " |",  # fmt: skip
+              " | " + " | ".join(f"fast_{k}" for k in fp) + " |",
               "|---|" + "---|" * (len(g) + len(fp)),
               f"| {agg['geomean']:.2f}x | " + " | ".join(f"{v:.2f}x" for v in g.values()) + " | " +
-              " | ".join(f"{v:.0%}" for v in fp.values()) + " |"]  # fmt: skip
+              " | ".join(f"{v:.0%}" for v in fp.values()) + " |"]
     return "\n".join(lines)
 
 
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) / "kernelbench"
     feedback = args.feedback or ("tools" if args.programmer == "llm" else "none")
     rs = RunSettings(search=args.search, budget=args.budget, feedback=feedback,
-                     evaluation=EvalSettings(device=device, time_reference=True))  # fmt: skip
+                     evaluation=EvalSettings(device=device, time_reference=True))
     rows = []
     work = Path(tempfile.mkdtemp(prefix="kernelbench-"))
     try:
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     agg = score(rows, args.cap or None)
     data = {"programmer": args.programmer, "start": start, "search": args.search, "budget": args.budget,
             "feedback": feedback,
-            "device": device, "rows": rows, "aggregate": agg}  # fmt: skip
+            "device": device, "rows": rows, "aggregate": agg}
     out.mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "kernelbench.json").write_text(json.dumps(data, indent=2) + "\n")
     print(render(rows, agg, args.programmer))

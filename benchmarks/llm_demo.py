@@ -46,7 +46,7 @@ def answers(src: str) -> list[str]:
     """The scripted answers, each the JSON object the system prompt asks for."""
     torch_call = src.split("@triton.jit")[0] + (
         "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
-        "    return torch.nn.functional.silu(a) * b\n")  # fmt: skip
+        "    return torch.nn.functional.silu(a) * b\n")
     environ = "import os\n" + src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = int(os.environ.get('SWIGLU_BLOCK', '1024'))")
     faster = src.replace("BLOCK_SIZE = 64", "BLOCK_SIZE = 1024").replace("num_warps=8", "num_warps=4")
     broken = faster.replace("a * tl.sigmoid(a) * b", "a * tl.sigmoidd(a) * b")
@@ -62,7 +62,7 @@ def answers(src: str) -> list[str]:
         json.dumps({"candidates": []}),
         one(("Keep the Triton kernel; 1024-element blocks and 4 warps, so each thread issues 16-byte loads "
              "and the grid has 16x fewer programs.", faster)),
-    ]  # fmt: skip
+    ]
 
 
 def pr_body(out: Path, head_sha: str) -> str:
@@ -71,7 +71,7 @@ def pr_body(out: Path, head_sha: str) -> str:
 
     results = load_results(out, allowed_files={"swiglu": [ENTRY]})
     kw: dict[str, Any] = {"pr_number": 1, "head_sha": head_sha, "run_url": None, "kernelpro_version": __version__,
-          "programmer": "llm", "model": MODEL}  # fmt: skip
+          "programmer": "llm", "model": MODEL}
     if "model_written" in inspect.signature(render_body).parameters:
         kw["model_written"] = [t.name for t in results.winners] if hasattr(results, "winners") else []
     return render_body(results, **kw)
@@ -91,9 +91,9 @@ def run(out: Path, budget: int = 6) -> dict[str, object]:
         try:
             fake.script(*map(ok, answers(src)))
             os.environ.update({"KERNELPRO_LLM_BASE_URL": fake.url, "KERNELPRO_LLM_MODEL": MODEL,
-                               "KERNELPRO_LLM_API_KEY": API_KEY})  # fmt: skip
+                               "KERNELPRO_LLM_API_KEY": API_KEY})
             rc = cli(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out / "results"),
-                      "--programmer", "llm", "--search", "greedy", "--memory", "off", "--budget", str(budget)])  # fmt: skip
+                      "--programmer", "llm", "--search", "greedy", "--memory", "off", "--budget", str(budget)])
             head = git.Repo(repo).head.commit.hexsha
         finally:
             fake.stop()
@@ -108,7 +108,7 @@ def run(out: Path, budget: int = 6) -> dict[str, object]:
     prompts = [r.text() for r in fake.requests]
     (out / "requests.json").write_text(json.dumps([r.body for r in fake.requests], indent=1) + "\n")
     return {"rc": rc, "report": report, "pr_body": body, "prompts": prompts, "api_key_in_prompts":
-            any(API_KEY in p for p in prompts), "unexpected": list(fake.unexpected)}  # fmt: skip
+            any(API_KEY in p for p in prompts), "unexpected": list(fake.unexpected)}
 
 
 def main(argv: list[str] | None = None) -> int:

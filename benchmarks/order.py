@@ -48,15 +48,15 @@ def run_pair(name: str, rounds: int, device: str, tmp: Path) -> list[dict[str, A
                 rows.append({"replay": name, "index": i, "side": side, "status": o.status, "workload": r.uuid,
                              "median_ms": t.median_ms if t else math.nan, "p10_ms": t.p10_ms if t else math.nan,
                              "p90_ms": t.p90_ms if t else math.nan, "n": t.n if t else 0,
-                             "wall_s": round(o.wall_seconds, 2)})  # fmt: skip
+                             "wall_s": round(o.wall_seconds, 2)})
             print(f"[{name}] {i + 1}/{len(order)} {side}: {o.status} "
-                  + ", ".join(f"{r.timing.median_ms:.4f} ms" for r in o.results if r.timing), flush=True)  # fmt: skip
+                  + ", ".join(f"{r.timing.median_ms:.4f} ms" for r in o.results if r.timing), flush=True)
     return rows
 
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = ["| replay | workload | evaluation order: median ms (p10-p90) | head spread % | base spread % | head/base |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+             "|---|---|---|---|---|---|"]
     for key in sorted({(r["replay"], r["workload"]) for r in rows}):
         rs = [r for r in rows if (r["replay"], r["workload"]) == key]
         seq = ", ".join(f"{r['side'][0]}{r['index']} {r['median_ms']:.4f} ({r['p10_ms']:.4f}-{r['p90_ms']:.4f})" for r in rs)
@@ -70,7 +70,7 @@ def render(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=["liger-ce-exp2", "liger-dyt-autotune"],
-                   choices=[r.name for r in REPLAYS])  # fmt: skip
+                   choices=[r.name for r in REPLAYS])
     p.add_argument("--rounds", type=int, default=2, help="head/base pairs; one more head evaluation closes the run")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--out", default="benchmark-out")

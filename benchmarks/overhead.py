@@ -67,7 +67,7 @@ def candidate_stages(outcome: dict[str, Any]) -> dict[str, float]:
     phases = outcome.get("phases") or {}
     inside = {"startup": float(phases.get("startup", 0.0)), "build": float(outcome.get("build_seconds", 0.0)),
               "verify": float(phases.get("verify", 0.0)), "time": float(phases.get("time", 0.0)),
-              "timeline": float(phases.get("timeline", 0.0))}  # fmt: skip
+              "timeline": float(phases.get("timeline", 0.0))}
     wall = float(outcome.get("wall_seconds", 0.0))
     return {"spawn": max(0.0, wall - sum(inside.values())), **inside, "wall": wall}
 
@@ -79,11 +79,11 @@ def analyze(out_dir: Path, run_seconds: float, programmer: TimedProgrammer) -> d
     profiles_file = out_dir / "profiles.jsonl"
     profiles = [json.loads(x) for x in profiles_file.read_text().splitlines()] if profiles_file.exists() else []
     per = [{"index": e["index"], "status": e["outcome"]["status"], **candidate_stages(e["outcome"])}
-           for e in sorted(journal, key=lambda e: e["index"])]  # fmt: skip
+           for e in sorted(journal, key=lambda e: e["index"])]
     n = len(per)
     llm_per_candidate = sum(programmer.seconds) / max(sum(programmer.proposed), 1)
     by_stage = {s: {"mean_s": statistics.fmean(p[s] for p in per) if per else 0.0,
-                    "median_s": statistics.median(p[s] for p in per) if per else 0.0} for s in (*STAGES, "wall")}  # fmt: skip
+                    "median_s": statistics.median(p[s] for p in per) if per else 0.0} for s in (*STAGES, "wall")}
     by_stage["programmer"] = {"mean_s": llm_per_candidate, "median_s": llm_per_candidate}
     profile_s = float(result.get("profile_seconds", 0.0))
     eval_s = sum(p["wall"] for p in per)
@@ -91,7 +91,7 @@ def analyze(out_dir: Path, run_seconds: float, programmer: TimedProgrammer) -> d
     # What is left is the final gate (3 evaluations per gated candidate) and the loop's own work.
     rest = max(0.0, run_seconds - eval_s - profile_s - prog_s)
     where = {"search evaluations": eval_s, "profiling": profile_s, "programmer": prog_s,
-             "final gate + orchestration": rest}  # fmt: skip
+             "final gate + orchestration": rest}
     return {
         "device": result["device"], "hardware": result["hardware"], "programmer": programmer.name,
         "search": result["search"], "evaluations": n, "statuses": result["statuses"],
@@ -111,7 +111,7 @@ def render(d: dict[str, Any]) -> str:
     if d["device"] != "cuda":
         lines += ["> CPU run (Triton interpreter): stage proportions are not the GPU's.", ""]
     lines += [f"Per candidate, {d['evaluations']} evaluations on {d['hardware']} ({d['programmer']}, {d['search']}):",
-              "", "| stage | mean s | median s |", "|---|---|---|"]  # fmt: skip
+              "", "| stage | mean s | median s |", "|---|---|---|"]
     for s in ("programmer", *STAGES, "wall"):
         v = d["per_candidate_by_stage"][s]
         label = "child wall (total)" if s == "wall" else s
@@ -119,7 +119,7 @@ def render(d: dict[str, Any]) -> str:
     lines += ["", f"Throughput: {d['candidates_per_minute_per_gpu']:.1f} candidates/min per GPU (evaluation only), "
               f"{d['candidates_per_minute_end_to_end']:.1f}/min end to end.", "",
               f"Where the time of the run went ({d['run_seconds']:.1f} s, {d['profiled_candidates']} profiled, "
-              f"{d['gates']} gated):", "", "| part | s | % |", "|---|---|---|"]  # fmt: skip
+              f"{d['gates']} gated):", "", "| part | s | % |", "|---|---|---|"]
     total = d["run_seconds"] or 1.0
     for k, v in d["run_by_stage_s"].items():
         lines.append(f"| {k} | {v:.1f} | {100 * v / total:.0f} |")
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         optimize(target, repo, run_dir, programmer,
                  RunSettings(search=args.search, budget=args.budget, evaluation=EvalSettings(device=device,
-                                                                                     warm_server=settings.warm_server)))  # fmt: skip
+                                                                                     warm_server=settings.warm_server)))
         data = analyze(run_dir, time.perf_counter() - t0, programmer)
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(data, indent=2) + "\n")

@@ -208,7 +208,7 @@ def _ce_definition(gpu: bool) -> dict[str, Any]:
     dt = "bfloat16" if gpu else "float32"
     return {"op_type": "cross_entropy", "axes": {"BT": {"type": "var"}, "V": {"type": "var"}},
             "inputs": {"logits": {"shape": ["BT", "V"], "dtype": dt}, "target": {"shape": ["BT"], "dtype": "int64"}},
-            "outputs": {"loss": {"shape": [], "dtype": dt}}, "reference": CE_REFERENCE}  # fmt: skip
+            "outputs": {"loss": {"shape": [], "dtype": dt}}, "reference": CE_REFERENCE}
 
 
 def _dyt_definition(gpu: bool) -> dict[str, Any]:
@@ -216,13 +216,13 @@ def _dyt_definition(gpu: bool) -> dict[str, Any]:
     return {"op_type": "dyt", "axes": {"M": {"type": "var"}, "N": {"type": "var"}, "ONE": {"type": "const", "value": 1}},
             "inputs": {"x": {"shape": ["M", "N"], "dtype": dt}, "alpha": {"shape": ["ONE"], "dtype": dt},
                        "gamma": {"shape": ["N"], "dtype": dt}, "beta": {"shape": ["N"], "dtype": dt}},
-            "outputs": {"y": {"shape": ["M", "N"], "dtype": dt}}, "reference": DYT_REFERENCE}  # fmt: skip
+            "outputs": {"y": {"shape": ["M", "N"], "dtype": dt}}, "reference": DYT_REFERENCE}
 
 
 def _softmax_definition(gpu: bool) -> dict[str, Any]:
     return {"op_type": "softmax", "axes": {"M": {"type": "var"}, "N": {"type": "var"}},
             "inputs": {"x": {"shape": ["M", "N"], "dtype": "float32"}},
-            "outputs": {"y": {"shape": ["M", "N"], "dtype": "float32"}}, "reference": SOFTMAX_REFERENCE}  # fmt: skip
+            "outputs": {"y": {"shape": ["M", "N"], "dtype": "float32"}}, "reference": SOFTMAX_REFERENCE}
 
 
 CE_FILE = "liger_kernel/ops/cross_entropy.py"
@@ -238,7 +238,7 @@ REPLAYS: tuple[Replay, ...] = (
            _ce_definition, lambda gpu: [{"BT": 8192, "V": 128256}] if gpu else [{"BT": 4, "V": 256}],
            {"atol": 1e-2, "rtol": 2e-2},
            note="reconstructed: no release holds #1266 without #1275; 0.8.1 with `LOG2_E = tl.constexpr(...)` "
-                "turned back into a plain float, the one line #1275 changed"),  # fmt: skip
+                "turned back into a plain float, the one line #1275 changed"),
     Replay("liger-dyt-autotune", "Liger #1208: DyT launch heuristic -> triton.autotune (liger-kernel 0.7.0 -> 0.8.0)",
            "noise", lambda: wheel_file("0.7.0", "liger_kernel/ops/dyt.py"),
            lambda: wheel_file("0.8.0", "liger_kernel/ops/dyt.py"), "kernels/dyt.py",
@@ -251,7 +251,7 @@ REPLAYS: tuple[Replay, ...] = (
            {"atol": 1e-5, "rtol": 1e-5},
            note="our own re-implementation of both tutorial versions (the tutorial's code is not copied)",
            needs_corpus=False),
-)  # fmt: skip
+)
 
 
 def make_repo(root: Path, replay: Replay, direction: str, gpu: bool, budget: int) -> Path:
@@ -267,7 +267,7 @@ def make_repo(root: Path, replay: Replay, direction: str, gpu: bool, budget: int
         "entry_point": replay.entry_point, "definition": replay.definition(gpu),
         "workloads": replay.workloads(gpu), "tolerances": dict(replay.tolerances),
         "budget": {"evaluations": budget, "minutes": 10, "timeout_s": 240},
-    }]}  # fmt: skip
+    }]}
     (root / ".kernelpro.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     for path, text in {replay.kernel_path: base_src, **replay.extra_files}.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -291,27 +291,27 @@ def verdict(replay: Replay, direction: str, r: Mapping[str, Any]) -> dict[str, A
     # The runner's reading of its side-by-side measurement (head, base, head); by the margin alone otherwise.
     reading = base.get("verdict") or (verdict_of([base_vs_head], GAMMA) if math.isfinite(base_vs_head) else "")
     span = (f" ({1 / base['high']:.3f}-{1 / base['low']:.3f})" if math.isfinite(base_vs_head) and base.get("low")
-            and base.get("high") else "")  # fmt: skip
+            and base.get("high") else "")
     if replay.expect == "compile":
         broken = "head" if direction == "forward" else "base"
         status = r["baseline"]["status"] if broken == "head" else base.get("status", "not measured")
         ok = status == "COMPILE_ERROR"
         text = (f"{broken} {status}; run ended cleanly ({r['stop_reason']})" if ok
                 else f"{broken} {status}: no compile error here (the interpreter does not enforce constexpr globals)"
-                if r["device"] == "cpu" else f"{broken} {status}: expected COMPILE_ERROR")  # fmt: skip
+                if r["device"] == "cpu" else f"{broken} {status}: expected COMPILE_ERROR")
     elif not head_ok:
         ok, text = False, f"the PR's kernel failed: {r['baseline']['status']}"
     elif replay.expect == "noise":
         ok = reading == "on par"
         text = (f"PR vs base {1 / base_vs_head:.3f}x{span}: {'within' if ok else 'outside'} the {GAMMA:.2f}x gate margin"
-                if math.isfinite(base_vs_head) else "base branch not measured")  # fmt: skip
+                if math.isfinite(base_vs_head) else "base branch not measured")
     elif replay.expect == "gain" and direction == "reverse":
         seen = reading == "slower"
         recovered = seen and found >= 0.95 * base_vs_head
         ok = seen
         text = (f"PR vs base {1 / base_vs_head:.3f}x{span}: regression {'seen' if seen else 'not seen'}; "
                 f"search found {found:.3f}x ({'recovered' if recovered else 'not recovered'})"
-                if math.isfinite(base_vs_head) else "base branch not measured")  # fmt: skip
+                if math.isfinite(base_vs_head) else "base branch not measured")
     elif replay.expect == "gain":
         ok = reading == "faster"
         text = f"PR vs base {1 / base_vs_head:.3f}x{span}: {reading}" if math.isfinite(base_vs_head) else "base branch not measured"
@@ -319,25 +319,25 @@ def verdict(replay: Replay, direction: str, r: Mapping[str, Any]) -> dict[str, A
         ok = math.isfinite(base_vs_head)
         text = f"PR vs base {1 / base_vs_head:.3f}x{span}: {reading}" if ok else "base branch not measured"
     return {"answered": ok, "verdict": text, "pr_vs_base": (1 / base_vs_head) if base_vs_head else math.nan,
-            "found": found}  # fmt: skip
+            "found": found}
 
 
 def run_one(replay: Replay, direction: str, out: Path, settings: Settings, budget: int, feedback: str,
-            gpu: bool) -> dict[str, Any]:  # fmt: skip
+            gpu: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"replay-{replay.name}-") as tmp:
         repo = make_repo(Path(tmp) / "repo", replay, direction, gpu, budget)
         run_out = out / f"{replay.name}-{direction}"
         shutil.rmtree(run_out, ignore_errors=True)
         rc = run_optimize(repo, "HEAD~1", "HEAD", run_out, settings, kernel=None, budget=budget,
-                          programmer_name="tuner", search="greedy", feedback=feedback)  # fmt: skip
+                          programmer_name="tuner", search="greedy", feedback=feedback)
     (r,) = json.loads((run_out / "summary.json").read_text())["targets"]
     v = verdict(replay, direction, r)
     return {"replay": replay.name, "direction": direction, "expect": replay.expect, "exit_code": rc,
             "head": r["baseline"]["status"], "base": (r.get("base_branch") or {}).get("status", "-"),
             "evaluations": r["evaluations"], "statuses": r["statuses"], "winner": r["winner"] is not None,
             "stop_reason": r["stop_reason"], "wall_s": round(time.perf_counter() - t0, 1), "device": r["device"],
-            "hardware": r["hardware"], "change": replay.change, "note": replay.note, **v}  # fmt: skip
+            "hardware": r["hardware"], "change": replay.change, "note": replay.note, **v}
 
 
 def _site(corpus: Path) -> Path | None:
@@ -362,11 +362,11 @@ def render(rows: list[dict[str, Any]]) -> str:
     if rows and rows[0]["device"] != "cuda":
         lines += ["> CPU run (Triton interpreter): timings are not GPU timings.", ""]
     lines += ["| replay | direction | expect | PR kernel | base kernel | PR vs base | verified speedup found | "
-              "evaluations | answered | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "evaluations | answered | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pvb = f"{r['pr_vs_base']:.3f}x" if math.isfinite(r["pr_vs_base"]) else "-"
         lines.append(f"| {r['replay']} | {r['direction']} | {r['expect']} | {r['head']} | {r['base']} | {pvb} | "
-                     f"{r['found']:.3f}x | {r['evaluations']} | {'yes' if r['answered'] else 'no'} | {r['verdict']} |")  # fmt: skip
+                     f"{r['found']:.3f}x | {r['evaluations']} | {'yes' if r['answered'] else 'no'} | {r['verdict']} |")
     notes = sorted({f"{r['replay']}: {r['note']}" for r in rows if r["note"]})
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]

@@ -146,7 +146,7 @@ def _target(file: str, v: Any, where: str, allowed: Mapping[str, Sequence[str]])
         if isinstance(name, str) and TARGET_NAME.fullmatch(name) and name not in allowed:
             known = ", ".join(sorted(allowed)) or "none"
             raise SchemaError(f"{where}.target", f"{name!r} is not a target of the base branch's "
-                              f"configuration (known: {known})")  # fmt: skip
+                              f"configuration (known: {known})")
         return TargetResult.from_json(v, where)
     except SchemaError as e:
         raise ArtifactError(file, str(e)) from None
@@ -267,7 +267,7 @@ def check_patch(text: str, allowed: Sequence[str], display: str = "patch.diff") 
                           ("rename ", "renames a file"), ("copy ", "copies a file"),
                           ("similarity index", "renames or copies a file"),
                           ("dissimilarity index", "rewrites a file"),
-                          ("GIT binary patch", "is a binary patch"), ("Binary files", "is a binary patch")):  # fmt: skip
+                          ("GIT binary patch", "is a binary patch"), ("Binary files", "is a binary patch")):
             if line.startswith(word):
                 raise bad(f"{why}; only modifications of the target's kernel files are accepted")
         if not line.startswith("--- "):
@@ -293,7 +293,7 @@ def check_patch(text: str, allowed: Sequence[str], display: str = "patch.diff") 
             raise bad(f"renames {old!r} to {new!r}; only modifications are accepted")
         if old not in allowed_set:
             raise bad(f"touches {old!r}, which is not one of this target's kernel files "
-                      f"({', '.join(sorted(allowed_set)) or 'none'})")  # fmt: skip
+                      f"({', '.join(sorted(allowed_set)) or 'none'})")
         if old in files:
             raise bad(f"{old!r} appears twice")
         files.append(old)
@@ -396,7 +396,7 @@ MAX_ZIP_MEMBERS = 20_000
 """An archive with more entries than this is refused."""
 _MEMBER = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,99}/)?(?:summary\.json|result\.json|patch\.diff|report\.md)")
 _LIMITS = {"summary.json": MAX_SUMMARY_BYTES, "result.json": MAX_SUMMARY_BYTES,
-           "patch.diff": MAX_PATCH_BYTES, "report.md": MAX_REPORT_BYTES}  # fmt: skip
+           "patch.diff": MAX_PATCH_BYTES, "report.md": MAX_REPORT_BYTES}
 
 
 def extract_results(data: bytes, dest: Path, *, display: str = "artifact.zip") -> Path:

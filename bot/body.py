@@ -185,7 +185,7 @@ def _gate_text(w: Winner) -> str:
     trials_s = "/".join(str(n) for n in trials) if trials else "n/a"
     return (f"passed the final gate: at least {_x(w.gamma)} faster than the PR's kernel on every one of "
             f"{len(w.workloads)} workload(s), re-measured side by side (gamma = {w.gamma:g}), and correct on "
-            f"{trials_s} fresh seeded input set(s) per workload{_MEMCHECK.get(w.memcheck, '')}")  # fmt: skip
+            f"{trials_s} fresh seeded input set(s) per workload{_MEMCHECK.get(w.memcheck, '')}")
 
 
 _MEMCHECK = {
@@ -204,14 +204,14 @@ def _guards(w: Winner) -> tuple[str, list[dict[str, str]], list[str]]:
     ratios = [s.speedup for s in g.shapes if s.speedup is not None]
     span = f" (PR / candidate {_x(min(ratios))} to {_x(max(ratios))})" if ratios else ""
     line = (f"{len(ratios)} shape(s) beyond the listed workloads, none slower than the PR's kernel beyond the "
-            f"noise{span}") if ratios else "no shape beyond the listed workloads could be timed"  # fmt: skip
+            f"noise{span}") if ratios else "no shape beyond the listed workloads could be timed"
     if g.skipped:
         line += f"; {len(g.skipped)} not judged (the PR's kernel fails there)"
     rows = [{"axes": md(s.axes, 80), "why": md(s.why, 120), "baseline": _ms(s.baseline_ms), "best": _ms(s.candidate_ms),
              "ratio": _x(s.speedup), "noise": "n/a" if s.noise is None else f"{s.noise:.3f}",
-             "verdict": md(s.verdict, 40)} for s in g.shapes[:40]]  # fmt: skip
+             "verdict": md(s.verdict, 40)} for s in g.shapes[:40]]
     rows += [{"axes": md(s.axes, 80), "why": md(s.why, 120), "baseline": "-", "best": "-", "ratio": "-", "noise": "-",
-              "verdict": "not judged: " + md(s.reason, 120)} for s in g.skipped[:20]]  # fmt: skip
+              "verdict": "not judged: " + md(s.reason, 120)} for s in g.skipped[:20]]
     return line, rows, [md(n, 300) for n in g.notes[:10]]
 
 
@@ -232,7 +232,7 @@ def _base_branch(t: TargetResults, short: bool = False) -> str:
     reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
     if short:
         return {"slower": f"**the PR made it slower** ({_x(rel)} the base's speed)",
-                "faster": f"the PR made it faster ({_x(rel)})"}.get(reading, f"on par ({_x(rel)})")  # fmt: skip
+                "faster": f"the PR made it faster ({_x(rel)})"}.get(reading, f"on par ({_x(rel)})")
     est = ""
     if t.winner is not None and t.winner.workloads and (g := _geomean(w.baseline_ms for w in t.winner.workloads)):
         est = f"; base branch ≈ {_ms(g / bb.speedup_vs_head)} ms geometric mean (derived)"
@@ -258,7 +258,7 @@ def _roofline(t: TargetResults) -> str:
     cand = {w.uuid: w.candidate_ms for w in t.winner.workloads} if t.winner else {}
     before = [r.pct_of_roofline for r in s.workloads if r.pct_of_roofline is not None]
     after = [100.0 * r.floor_ms / cand[r.uuid] for r in s.workloads
-             if r.floor_ms is not None and cand.get(r.uuid)]  # fmt: skip
+             if r.floor_ms is not None and cand.get(r.uuid)]
 
     def rng(xs: Sequence[float]) -> str:
         lo, hi = min(xs), max(xs)
@@ -302,7 +302,7 @@ def _energy_ratio(x: WorkloadTiming) -> str:
     if x.energy_ratio is None:
         return ""
     ci = (f", 95 % CI {x.energy_ratio_low:.3f}-{x.energy_ratio_high:.3f}"
-          if x.energy_ratio_low is not None and x.energy_ratio_high is not None else "")  # fmt: skip
+          if x.energy_ratio_low is not None and x.energy_ratio_high is not None else "")
     return f" (x{x.energy_ratio:.3f}{ci}; dynamic, NVML)"
 
 
@@ -321,7 +321,7 @@ def _chart(t: TargetResults) -> str | None:
             '    title "Best speedup found by the search (search-time timings)"\n'
             f'    x-axis "evaluation" [{xs}]\n'
             f'    y-axis "speedup (x)" 0 --> {ymax:g}\n'
-            f"    line [{ys}]\n```")  # fmt: skip
+            f"    line [{ys}]\n```")
 
 
 _RUN = re.compile(r"https?://[^/]+/([A-Za-z0-9._-]+/[A-Za-z0-9._-]+)/actions/runs/([0-9]+)(?:/.*)?")
@@ -334,16 +334,16 @@ def _repro(name: str, head_sha: str, base_sha: str, run_url: str | None, evaluat
     lines = []
     if m:
         lines += [f"gh run download {m.group(2)} -R {m.group(1)} --pattern 'kernelpro-result-*' --dir kernelpro-results",
-                  f"cd \"$(dirname \"$(find kernelpro-results -path '*/{name}/baseline.json' | head -n 1)\")\""]  # fmt: skip
+                  f"cd \"$(dirname \"$(find kernelpro-results -path '*/{name}/baseline.json' | head -n 1)\")\""]
     else:
         lines += [f"cd results/{name}   # the results folder of a local `kernelpro optimize --out results`"]
     lines += ["kernelpro evaluate --definition definition.json --solution solution.json --baseline baseline.json "
-              "--workloads workloads.jsonl --out check.jsonl   # prints baseline ms, candidate ms, speedup"]  # fmt: skip
+              "--workloads workloads.jsonl --out check.jsonl   # prints baseline ms, candidate ms, speedup"]
     if base_sha:
         lines += ["# or search again from the PR head, in a clone of the repository:",
                   f"git fetch origin {head_sha} {base_sha}",
                   f"kernelpro optimize --repo . --base {base_sha} --head {head_sha} --kernel {name} "
-                  f"--budget {max(evaluations, 1)} --out results"]  # fmt: skip
+                  f"--budget {max(evaluations, 1)} --out results"]
     return "\n".join(lines)
 
 
@@ -355,7 +355,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
               + (f", {t.resumed_from_journal} read back from the journal" if t.resumed_from_journal else "")
               + f", {t.seconds:.0f} s"
               + (f" (profiling {t.profile_seconds:.0f} s)" if t.profile_seconds else "")
-              + f"; stopped: {md(t.stop_reason, 300)}")  # fmt: skip
+              + f"; stopped: {md(t.stop_reason, 300)}")
     if t.feedback:
         search += f"; feedback {md(t.feedback, 20)}" + (
             f", tools {md(t.tool_mode, 20)}" if t.tool_mode else ""
@@ -364,7 +364,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
     findings = [{"severity": md(f.severity, 20), "title": md(f.title, 300), "tool": md(f.tool, 60),
                  "source": md(f.source, 20),
                  "status": "" if fixed is None else ("not found in the winner" if f.tool not in fixed else "still present")}
-                for f in t.findings[:20]]  # fmt: skip
+                for f in t.findings[:20]]
     winner: dict[str, Any] | None = None
     if w is not None:
         base_g = _geomean(x.baseline_ms for x in w.workloads)
@@ -395,7 +395,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
                     "n": "n/a" if x.n is None else str(x.n),
                 }
                 for x in w.workloads
-            ],  # fmt: skip
+            ],
             "correctness": [
                 {
                     "axes": md(axes_of.get(c.uuid, c.uuid), 80),
@@ -408,7 +408,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
                 }
                 for axes_of in [{x.uuid: x.axes for x in w.workloads}]
                 for c in w.correctness
-            ],  # fmt: skip
+            ],
         }
     s = t.stage1
     roofline_rows = []
@@ -422,7 +422,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
             )
             roofline_rows.append({"axes": md(r.axes, 80), "intensity": "n/a" if r.intensity is None else f"{r.intensity:.3g}",
                                   "floor": _ms(r.floor_ms), "baseline": _ms(r.baseline_ms),
-                                  "before": _pct(r.pct_of_roofline), "after": _pct(after), "max": _x(r.max_speedup)})  # fmt: skip
+                                  "before": _pct(r.pct_of_roofline), "after": _pct(after), "max": _x(r.max_speedup)})
     ceilings = None
     if s is not None and s.ceilings is not None:
         c = s.ceilings
@@ -499,7 +499,7 @@ def _env() -> jinja2.Environment:
 
 def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str | None,
                 kernelpro_version: str, programmer: str, model: str | None,
-                model_written: Sequence[str] = (), base_sha: str = "") -> str:  # fmt: skip
+                model_written: Sequence[str] = (), base_sha: str = "") -> str:
     """The follow-up PR's body, always within :data:`BODY_LIMIT` characters (see the module doc).
     ``model_written``: targets whose patch a model wrote (publish could not derive it), named in
     the first line by :func:`model_label`."""
@@ -539,10 +539,10 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
     while lo < hi:
         mid = (lo + hi + 1) // 2
         body = template.render(**{**ctx, "headlines": rows[:mid]}, show=show, omitted=omitted,
-                               more_headlines=len(rows) - mid)  # fmt: skip
+                               more_headlines=len(rows) - mid)
         lo, hi = (mid, hi) if len(body) <= _BUDGET else (lo, mid - 1)
     body = template.render(**{**ctx, "headlines": rows[:lo]}, show=show, omitted=omitted,
-                           more_headlines=len(rows) - lo)  # fmt: skip
+                           more_headlines=len(rows) - lo)
     if len(body) > _BUDGET:  # a pathological fixed part; never exceed the limit
         tail = "\n\n*(cut to fit GitHub's limit; the full report is in the results artifact)*\n"
         body = body[: _BUDGET - len(tail)] + tail
@@ -550,12 +550,12 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
 
 
 def render_no_pr_comment(results: Results, *, run_url: str | None = None, pr_number: int | None = None,
-                         head_sha: str = "", base_sha: str = "") -> str:  # fmt: skip
+                         head_sha: str = "", base_sha: str = "") -> str:
     """The sticky comment when no kernel has a verified winner: the baseline stands, and why
     (the same summary as :func:`render_summary_comment`, with no follow-up pull request)."""
     return render_summary_comment(results, pr_number=pr_number, head_sha=head_sha, base_sha=base_sha,
                                   run_url=run_url, reason="no candidate beat the pull request's kernel by "
-                                  "the verified margin")  # fmt: skip
+                                  "the verified margin")
 
 
 def render_comment(state: str, **ctx: Any) -> str:
@@ -564,7 +564,7 @@ def render_comment(state: str, **ctx: Any) -> str:
     Every value in ``ctx`` must already be escaped (:func:`md`, :func:`code_block`, a safe URL):
     the template adds no escaping of its own, exactly like the PR body's."""
     base: dict[str, Any] = {"model_label": None, "n": 0, "i": 0, "evaluations": 0, "best": "", "reason": "",
-                            "pr_url": None, "run_url": None, "programmers": []}  # fmt: skip
+                            "pr_url": None, "run_url": None, "programmers": []}
     return _fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
 
 
@@ -608,13 +608,13 @@ def _summary_row(t: TargetResults) -> dict[str, Any]:
             why += "; no candidate passed verification and beat the PR's kernel"
     return {"name": _name(t), "verdict": verdict, "speedup": speedup, "floor": _floor_pct(t),
             "energy": _energy_cell(t) or "not measured", "base": _base_branch(t, short=True), "why": why,
-            "measured_energy": _energy_cell(t) is not None}  # fmt: skip
+            "measured_energy": _energy_cell(t) is not None}
 
 
 def render_summary_comment(results: Results, *, pr_number: int | None = None, head_sha: str = "",
                            base_sha: str = "", pr_url: str | None = None, reason: str | None = None,
                            run_url: str | None = None, model_written: Sequence[str] = (),
-                           follow_note: str = "") -> str:  # fmt: skip
+                           follow_note: str = "") -> str:
     """The final sticky comment: a headline (never a speed claim from a non-GPU run), what was
     compared, per kernel the verdict, speedup with its range, % of the roofline floor, energy
     when measured and the PR-vs-base verdict, then the follow-up PR, the run and its artifact.
@@ -628,7 +628,7 @@ def render_summary_comment(results: Results, *, pr_number: int | None = None, he
         headline = f"kernelpro makes {names} {_x(g)} faster" + (" (geometric mean)" if len(gpu_winners) > 1 else "")
     elif winners:
         headline = ("kernelpro found verified candidates in Triton's CPU interpreter: they are correct, "
-                    "and their speed on a GPU is unknown")  # fmt: skip
+                    "and their speed on a GPU is unknown")
     else:
         headline = "kernelpro: the baseline stands"
     head = head_sha.lower() if re.fullmatch(r"[0-9a-fA-F]{7,64}", head_sha or "") else ""
@@ -652,7 +652,7 @@ def _model_use(t: TargetResults) -> dict[str, Any]:
     assert p is not None
     return {"kernel": _name(t), "name": md(p.name, 40), "model": md(p.model, 100), "host": md(p.host, 100),
             "requests": p.requests, "tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
-            "retries": p.retries, "errors": p.errors}  # fmt: skip
+            "retries": p.retries, "errors": p.errors}
 
 
 def render_job_summary(results: Results, model_written: Sequence[str] = ()) -> str:

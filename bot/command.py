@@ -27,7 +27,7 @@ _LIVE = re.compile(r"<!-- kernelpro:live run=([0-9]{1,20}) -->")
 def reply_text(kind: str, **ctx: Any) -> str:
     """A command reply from ``command.md.j2``; every value in ``ctx`` must already be escaped."""
     base: dict[str, Any] = {"repo": "", "label": "optimize-kernels", "max_budget": MAX_BUDGET, "text": "",
-                            "error": "", "fix": ""}  # fmt: skip
+                            "error": "", "fix": ""}
     return environment().get_template("command.md.j2").render(**{**base, **ctx, "kind": kind})
 
 
@@ -46,14 +46,14 @@ def _fix(error: str, known: list[str]) -> str:
     if "kernel" in head:
         names = ", ".join(f"`{n}`" for n in known if re.fullmatch(r"[A-Za-z0-9._:/-]{1,100}", n))
         return ("Name a kernel configured in the base branch's `.kernelpro.yml`"
-                + (f": {names}." if names else " (its `targets`)."))  # fmt: skip
+                + (f": {names}." if names else " (its `targets`)."))
     if "SHA" in head or "commit" in head:
         return "Name the full 40-character commit SHA of the pull request's head, or leave it out."
     return "Correct the command as the usage above says."
 
 
 def reply(repo: Any, trigger: Trigger, *, sticky_body: str | None, may_write: bool, label: str,
-          known_kernels: list[str] | None = None) -> str:  # fmt: skip
+          known_kernels: list[str] | None = None) -> str:
     """Answer ``trigger`` (help, status, cancel or invalid) on its pull request; returns what was
     done, for the job log. GitHub errors on the cancel itself are answered too, not raised."""
     issue = repo.get_issue(trigger.pr)
@@ -65,22 +65,22 @@ def reply(repo: Any, trigger: Trigger, *, sticky_body: str | None, may_write: bo
         link = f"https://github.com/{trigger.repo}/actions/runs/{run}" if run else ""
         if sticky_body is None:
             text = reply_text("status", text="kernelpro has not run on this pull request yet. Add the "
-                              f"`{md(label, 50)}` label or comment `/kernelpro retry` to start it.")  # fmt: skip
+                              f"`{md(label, 50)}` label or comment `/kernelpro retry` to start it.")
         elif run:
             text = reply_text("status", text=f"optimizing now in [workflow run {run}]({link}); the progress "
-                              "comment above is updated as kernels finish.")  # fmt: skip
+                              "comment above is updated as kernels finish.")
         else:
             first = next((ln for ln in sticky_body.splitlines()[1:] if ln.strip() and not ln.startswith("###")), "")
             text = reply_text("status", text="no run is in progress. The last result, from the kernelpro comment "
-                              f"above: {first[:300]}")  # fmt: skip
+                              f"above: {first[:300]}")
     elif trigger.kind == "cancel":
         run = live_run(sticky_body)
         if not may_write:
             text = reply_text("invalid", error=code_block("/kernelpro cancel: only people with write access "
-                              f"to {trigger.repo} may stop a run"), fix="A maintainer can cancel it.")  # fmt: skip
+                              f"to {trigger.repo} may stop a run"), fix="A maintainer can cancel it.")
         elif run is None:
             text = reply_text("status", text="no kernelpro run is in progress on this pull request, so there "
-                              "is nothing to cancel.")  # fmt: skip
+                              "is nothing to cancel.")
         else:
             try:
                 status, _, _ = repo._requester.requestJson("POST", f"{repo.url}/actions/runs/{run}/cancel")
@@ -92,7 +92,7 @@ def reply(repo: Any, trigger: Trigger, *, sticky_body: str | None, may_write: bo
             text = (reply_text("cancelled", text=f"[workflow run {run}]({link}) was asked to stop; its jobs end "
                                f"within a minute. Comment `/kernelpro retry` to start again.")
                     if ok else reply_text("status", text=f"could not cancel [workflow run {run}]({link}) "
-                                          f"({why}); cancel it from the Actions tab."))  # fmt: skip
+                                          f"({why}); cancel it from the Actions tab."))
     else:
         text = reply_text("invalid", error=code_block(trigger.error), fix=_fix(trigger.error, known_kernels or []))
     issue.create_comment(text)

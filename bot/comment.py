@@ -245,4 +245,4 @@ def progress_body(
     evals = max(int(evaluations), 0)
     why = md(reason, 500) if reason else ("no verified improvement" if state == "done" else "an unexpected error")
     return render_comment(str(state), n=n, i=i, evaluations=evals, best=_speedup(best_speedup),
-                          pr_url=_safe_url(pr_url), reason=why)  # fmt: skip
+                          pr_url=_safe_url(pr_url), reason=why)

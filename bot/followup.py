@@ -54,7 +54,7 @@ def _results_dirs(root: Path) -> list[Path]:
 
 def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: Any, trigger: Trigger,
                     limits: Callable[[Path], Limits], push_url: str | None = None,
-                    head_sha: str | None = None) -> str:  # fmt: skip
+                    head_sha: str | None = None) -> str:
     """Publish the optimize results for ``trigger`` (a kernelpro trigger). ``limits``: what the base
     branch's configuration (its folder) allows. ``head_sha``: the commit plan approved and optimize
     ran on (the plan job's output); the follow-up commit is built on it even if the PR moved on since."""
@@ -91,14 +91,14 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
                             programmer=settings.programmer,
                             retry=trigger.kind == "retry", base_sha=pr.base.sha,
                             # Triage of the follow-up PR, from the workflow (action inputs pr-labels, pr-reviewers).
-                            labels=settings.pr_labels, reviewers=settings.pr_reviewers)  # fmt: skip
+                            labels=settings.pr_labels, reviewers=settings.pr_reviewers)
     except Exception as e:
         # Say it where the maintainer looks; the artifact still holds everything, so a rerun publishes.
         why = explain(e, "publishing") if isinstance(e, GithubException) else f"publishing failed: {e}"
         try:
             sticky.update(progress_body("failed", kernel_i=0, kernels=len(results.targets), evaluations=0,
                                         best_speedup=None, reason=f"{why}. Rerun the publish job: the results are "
-                                        "kept in the workflow's artifacts"), force=True)  # fmt: skip
+                                        "kept in the workflow's artifacts"), force=True)
             if ack is not None:
                 ack.create_reaction("confused")
         except (GithubException, CommentError) as e2:
@@ -109,19 +109,19 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     for w in published.warnings:
         print(f"::warning title=kernelpro::the follow-up pull request has no {w}")
     status(repo, head_sha, "success", verdict(results, published.pr_url),
-            published.pr_url or settings.run_url or None)  # fmt: skip
+            published.pr_url or settings.run_url or None)
     if published.action != "comment-only":  # comment-only outcomes were posted by publish()
         # The model label (when a model wrote a patch) leads the sticky comment too.
         done = render_summary_comment(results, pr_number=trigger.pr, head_sha=head_sha, base_sha=pr.base.sha,
                                       pr_url=published.pr_url, reason=published.reason,
-                                      run_url=settings.run_url or None, model_written=published.model_written)  # fmt: skip
+                                      run_url=settings.run_url or None, model_written=published.model_written)
         try:
             sticky.update(done, force=True)
         except CommentError as e:
             why = f"{published.action} {published.pr_url or published.reason}, but the progress comment could not say so: {e}"
             with contextlib.suppress(CommentError):  # a second try often gets through a transient error
                 sticky.update(progress_body("failed", kernel_i=len(results.targets), kernels=len(results.targets),
-                                            evaluations=0, best_speedup=None, reason=why), force=True)  # fmt: skip
+                                            evaluations=0, best_speedup=None, reason=why), force=True)
             raise ActionError(why) from e
     if ack is not None:
         try:  # only an acknowledgement: the work is published, so this must not fail the job

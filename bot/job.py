@@ -26,7 +26,7 @@ from .comment import CommentError, StickyComment, progress_body
 from .status import set_status
 
 __all__ = ["ActionError", "connect", "explain", "fetch_pr", "react", "retry_policy", "say_done", "say_failed",
-           "status", "summary", "write_outputs"]  # fmt: skip
+           "status", "summary", "write_outputs"]
 
 
 class ActionError(RuntimeError):
@@ -52,7 +52,7 @@ def retry_policy(total: int = 5, backoff_factor: float = 2.0, max_rate_limit_wai
 
     return SafeRetry(total=total, backoff_factor=backoff_factor, max_rate_limit_wait=max_rate_limit_wait,
                      status_forcelist=[*range(500, 600), 429],
-                     allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "POST", "PATCH"})  # fmt: skip
+                     allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"GET", "POST", "PATCH"})
 
 
 def connect(settings: Settings) -> Github:
@@ -99,7 +99,7 @@ def react(comment: Any, content: str) -> None:
 
 
 def status(repo: Any, sha: str, state: Literal["pending", "success", "failure", "error"], text: str,
-           url: str | None) -> None:  # fmt: skip
+           url: str | None) -> None:
     """The ``kernelpro`` commit status on the PR head; a refusal is a warning, never a failure."""
     why = set_status(repo, sha, state, text, url)
     if why:
@@ -111,13 +111,13 @@ def say_failed(gh: Any, repo_name: str, pr: int, settings: Settings, why: str) -
     try:
         sticky = StickyComment(gh.get_repo(repo_name), pr, bot_login=settings.bot_login)
         sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
-                                    reason=why), force=True)  # fmt: skip
+                                    reason=why), force=True)
     except (GithubException, CommentError) as e:
         print(f"::warning title=kernelpro::could not write the failure to the sticky comment either: {e}")
 
 
 def say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: Callable[[Any], str] | None = None,
-             detail: str = "") -> None:  # fmt: skip
+             detail: str = "") -> None:
     """The final comment when nothing runs; kernels without a harness get a ready-to-paste snippet.
     ``detail``: text shown verbatim in a code block (a configuration error), never escaped into entities."""
     body = progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason)
@@ -125,7 +125,7 @@ def say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: Cal
         body += "\n" + code_block(detail) + "\n"
     if kernels and snippet is not None:
         body += ("\n\nThese changed kernels have no harness yet. Add this to `.kernelpro.yml` on the base branch "
-                 "and fill in the marked fields:\n\n" + code_block(snippet(kernels), "yaml"))  # fmt: skip
+                 "and fill in the marked fields:\n\n" + code_block(snippet(kernels), "yaml"))
     sticky.update(body, force=True)
 
 
@@ -146,7 +146,7 @@ def summary(settings: Settings, text: str) -> None:
 
 
 def fetch_pr(checkout: Path, pr: int, head_sha: str, token: str | None = None,
-             base: tuple[str, str] | None = None) -> None:  # fmt: skip
+             base: tuple[str, str] | None = None) -> None:
     """Bring the PR's commits in as git data (never checked out, never run); works for forks too.
     ``base``: (branch, sha) of the PR's base, fetched too when the checkout predates it (the base
     branch moved after the job's checkout). The checkout keeps no credentials

@@ -100,10 +100,10 @@ def _answer(settings: Settings, gh: Any, trigger: Any) -> Plan:
     if trigger.kind == "cancel" and may_write and run is not None:
         sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
                                     reason=f"cancelled by {trigger.sender} (/kernelpro cancel); comment "
-                                    "/kernelpro retry to start again"), force=True)  # fmt: skip
+                                    "/kernelpro retry to start again"), force=True)
     if trigger.comment_id:
         react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id),
-              "confused" if trigger.kind == "invalid" or not may_write else "+1")  # fmt: skip
+              "confused" if trigger.kind == "invalid" or not may_write else "+1")
     return Plan(False, (), trigger.pr, "", "", None, done if trigger.kind != "invalid" else f"{done}: {trigger.error}")
 
 
@@ -115,11 +115,11 @@ def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
     reason = (f"this pull request comes from a fork ({trigger.head_repo}): GitHub runs `pull_request` workflows "
               "of forks with a read-only token and no secrets, so kernelpro cannot comment or publish from "
               "this label. A maintainer can comment `/kernelpro retry` on the pull request instead: that "
-              "runs with this repository's token, after a permission check.")  # fmt: skip
+              "runs with this repository's token, after a permission check.")
     try:
         StickyComment(gh.get_repo(trigger.repo), trigger.pr, bot_login=settings.bot_login).update(
             progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason),
-            force=True)  # fmt: skip
+            force=True)
     except (GithubException, CommentError) as e:
         print(f"::notice title=kernelpro::{reason} (the comment could not be written: {e})")
     return Plan(False, (), trigger.pr, trigger.head_sha or "", trigger.base_sha or "", None, reason)
@@ -142,7 +142,7 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
     if trigger.head_sha:
         if trigger.head_sha != head:
             return "", (f"`/kernelpro retry {trigger.head_sha}` names a commit that is not the head of #{n} "
-                        f"(now {head[:12]}), so nothing runs. {again}")  # fmt: skip
+                        f"(now {head[:12]}), so nothing runs. {again}")
         return head, ""
     before: list[str] = []
     after: list[str] = []
@@ -161,10 +161,10 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
                     after.append(sha)
     if not found:
         return "", (f"kernelpro could not find this `/kernelpro retry` in the timeline of #{n}, so it cannot tell "
-                    f"which commit it approves and nothing runs. {again}")  # fmt: skip
+                    f"which commit it approves and nothing runs. {again}")
     if after or head not in before or _pushed_after(pr, trigger.comment_at):
         return "", (f"The head of #{n} moved after this `/kernelpro retry` (it is now {head[:12]}): commits pushed "
-                    f"after a maintainer's comment are not approved by it, so nothing runs. {again}")  # fmt: skip
+                    f"after a maintainer's comment are not approved by it, so nothing runs. {again}")
     return head, ""
 
 
@@ -179,7 +179,7 @@ def _pushed_after(pr: Any, when: str | None) -> bool:
     try:
         _, data = head_repo._requester.requestJsonAndCheck(
             "GET", f"{head_repo.url}/activity",
-            parameters={"ref": f"refs/heads/{pr.head.ref}", "direction": "desc", "per_page": 100})  # fmt: skip
+            parameters={"ref": f"refs/heads/{pr.head.ref}", "direction": "desc", "per_page": 100})
     except GithubException:
         return False
     return any(isinstance(a, dict) and _later(str(a.get("timestamp", "")), when) for a in data or [])
@@ -226,7 +226,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
         if pr.head.sha != head_sha:
             reason = (f"commits were pushed after the `{settings.label}` label was added (labelled {head_sha[:10]}, "
                       f"head now {pr.head.sha[:10]}); they are not approved. Re-apply the label or comment "
-                      "`/kernelpro retry` to optimize the new head.")  # fmt: skip
+                      "`/kernelpro retry` to optimize the new head.")
             say_done(sticky, reason)
             return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason)
     base_sha = pr.base.sha
@@ -244,9 +244,9 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
         if trigger.kernel and read.known and trigger.kernel not in read.known:
             # A typo in the command, not a broken configuration: answer the command with the names.
             bad = replace(trigger, kind="invalid", error=f"--kernel {trigger.kernel}: no kernel of that name is "
-                          "configured in the base branch's .kernelpro.yml")  # fmt: skip
+                          "configured in the base branch's .kernelpro.yml")
             reply(repo, bad, sticky_body=None, may_write=True, label=settings.label,
-                  known_kernels=list(read.known))  # fmt: skip
+                  known_kernels=list(read.known))
             react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id), "confused")
             return Plan(False, (), trigger.pr, head_sha, base_sha, None, bad.error)
         reason = "the base branch's .kernelpro.yml is invalid (the error below); fix it on the base branch"
@@ -261,7 +261,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
     # have is the configuration's fault, said here, not a failure of the PR's kernel on the GPU runner.
     if read.faults:
         reason = ("the base branch's .kernelpro.yml does not match this pull request's code, so nothing was run "
-                  "(the configuration is at fault, not the kernel): " + " ".join(read.faults).rstrip("."))  # fmt: skip
+                  "(the configuration is at fault, not the kernel): " + " ".join(read.faults).rstrip("."))
         say_done(sticky, reason)
         return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
     names = tuple(name for name, _ in read.targets)
@@ -269,11 +269,11 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
     queued += f"\nWill be optimized: {', '.join(md(n, 100) for n in names)}.\n"
     covered = {f for _, files in read.targets for f in files}
     uncovered = [] if trigger.kernel else [k for k in changed_kernels(checkout, base_sha, head_sha)
-                                           if k.path not in covered]  # fmt: skip
+                                           if k.path not in covered]
     if uncovered:
         queued += ("\nThese changed kernels have no harness, so they are not optimized. Add this to `.kernelpro.yml` "
                    "on the base branch and fill in the marked fields:\n\n"
-                   + code_block(config_snippet(uncovered), "yaml") + "\n")  # fmt: skip
+                   + code_block(config_snippet(uncovered), "yaml") + "\n")
     # The live marker lets the progress job edit this comment until publish writes the final state.
     sticky.update(queued + (live_marker(settings.run_id) + "\n" if settings.run_id else ""), force=True)
     status(repo, head_sha, "pending", f"optimizing {len(names)} kernel(s)", settings.run_url or None)

@@ -140,7 +140,7 @@ def _cell(k: KernelProgress) -> tuple[str, str, str]:
     if k.state == "failed" and k.note:
         state += f": {md(k.note, 200)}"
     evals = str(k.evaluations) if k.evaluations is not None else (
-        "in its job log" if k.state == "running" else "")  # fmt: skip
+        "in its job log" if k.state == "running" else "")
     if k.state != "done":
         best = ""
     elif k.speedup:
@@ -151,7 +151,7 @@ def _cell(k: KernelProgress) -> tuple[str, str, str]:
 
 
 def render(snapshot: Snapshot, *, run_id: int | str, run_url: str | None = None,
-           interval_s: float = 30.0) -> str:  # fmt: skip
+           interval_s: float = 30.0) -> str:
     """The progress comment's Markdown (the sticky marker is added by StickyComment)."""
     best = snapshot.best
     return render_comment(
@@ -160,14 +160,14 @@ def render(snapshot: Snapshot, *, run_id: int | str, run_url: str | None = None,
         best=(f"**{best.speedup:.2f}x** ({md(best.name, 100)})" if best and best.speedup else "none verified yet"),
         evaluations=snapshot.evaluations, rows=[(md(k.name, 100), *_cell(k)) for k in snapshot.kernels],
         refused=[md(why, 300) for why in snapshot.refused[:5]], run_url=_safe_url(run_url),
-        interval=f"{interval_s:.0f}", live=live_marker(run_id))  # fmt: skip
+        interval=f"{interval_s:.0f}", live=live_marker(run_id))
 
 
 # --------------------------------------------------------------------------- download
 
 
 def download_artifact(api_url: str, token: str, repo: str, artifact_id: int, *,
-                      limit: int = MAX_ZIP_BYTES, timeout: float = 60.0) -> bytes:  # fmt: skip
+                      limit: int = MAX_ZIP_BYTES, timeout: float = 60.0) -> bytes:
     """The zip archive of artifact ``artifact_id`` of ``repo``, at most ``limit`` bytes.
 
     GitHub answers the API request with a 302 to a short-lived signed URL on its storage host; that
@@ -175,7 +175,7 @@ def download_artifact(api_url: str, token: str, repo: str, artifact_id: int, *,
     """
     url = f"{api_url.rstrip('/')}/repos/{repo}/actions/artifacts/{int(artifact_id)}/zip"
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
-               "X-GitHub-Api-Version": "2022-11-28"}  # fmt: skip
+               "X-GitHub-Api-Version": "2022-11-28"}
     try:
         r = requests.get(url, headers=headers, allow_redirects=False, timeout=timeout)
     except requests.RequestException as e:
@@ -183,16 +183,16 @@ def download_artifact(api_url: str, token: str, repo: str, artifact_id: int, *,
     location = r.headers.get("Location", "")
     if r.status_code != 302 or not location:
         raise ProgressError(f"downloading artifact {artifact_id}: GitHub answered {r.status_code}, "
-                            "not a redirect to the archive (does the job have `actions: read`?)")  # fmt: skip
+                            "not a redirect to the archive (does the job have `actions: read`?)")
     scheme = urlsplit(location).scheme
     if scheme != "https" and not (scheme == "http" and url.startswith("http://")):
         raise ProgressError(f"downloading artifact {artifact_id}: refusing a {scheme or 'relative'} "
-                            "storage URL")  # fmt: skip
+                            "storage URL")
     try:
         with requests.get(location, stream=True, timeout=timeout) as b:
             if b.status_code != 200:
                 raise ProgressError(f"downloading artifact {artifact_id}: the storage answered "
-                                    f"{b.status_code}")  # fmt: skip
+                                    f"{b.status_code}")
             data = bytearray()
             for chunk in b.iter_content(1 << 16):
                 data += chunk
@@ -264,7 +264,7 @@ class Watcher:
             self._seen.add(artifact_id)
             with tempfile.TemporaryDirectory(prefix="kernelpro-progress-") as tmp:
                 results = load_results(extract_results(data, Path(tmp), display=f"{name}.zip"),
-                                       allowed_files=self.allowed)  # fmt: skip
+                                       allowed_files=self.allowed)
         except ArtifactError as e:  # over the size limit, or invalid: never read again
             self._seen.add(artifact_id)
             self._refused.append(f"{name}: {e.what}")
@@ -293,7 +293,7 @@ class Watcher:
                 k if k.state in ("done", "failed") else
                 KernelProgress(k.name, "failed", None, None, "the job ended without results", k.job_url)
                 for k in kernels
-            ]  # fmt: skip
+            ]
         return Snapshot(tuple(kernels), finished, tuple(self._refused))
 
     def _kernel(self, name: str, job: Any) -> KernelProgress:
@@ -325,7 +325,7 @@ class Watcher:
         current = self.sticky.current_body()
         if not is_live(current, self.run_id):
             self.log("kernelpro progress: the comment no longer shows this run's live progress "
-                     "(the final state is written, or the comment was deleted); stopping")  # fmt: skip
+                     "(the final state is written, or the comment was deleted); stopping")
             return False
         if self.sticky.update(text, force=snapshot.finished):
             self._shown = text
@@ -350,14 +350,14 @@ class Watcher:
                     return last
             if self.clock() - start >= self.max_s:
                 self.log(f"kernelpro progress: stopping after {self.max_s / 60:.0f} minutes; the "
-                         "publish job still writes the final state")  # fmt: skip
+                         "publish job still writes the final state")
                 return last
             self.sleep(self.interval_s)
 
 
 def watch(settings: Settings, gh: Any, trigger: Trigger, targets: Sequence[str], files: Mapping[str, Sequence[str]], *,
           interval_s: float = 30.0, max_s: float = 190 * 60.0, job_prefix: str = JOB_PREFIX,
-          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Snapshot | None:  # fmt: skip
+          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Snapshot | None:
     """The progress job: keep the sticky comment of ``trigger``'s pull request live until this
     workflow run's (``settings.run_id``) optimize jobs are done; ``targets`` and ``files`` are the
     trusted plan job's outputs."""
@@ -366,5 +366,5 @@ def watch(settings: Settings, gh: Any, trigger: Trigger, targets: Sequence[str],
                       allowed_files=files, sticky=StickyComment(repo, trigger.pr, bot_login=settings.bot_login, clock=clock),
                       fetch=partial(download_artifact, settings.github_api_url, settings.github_token or "", trigger.repo),
                       run_url=settings.run_url or None, job_prefix=job_prefix, interval_s=interval_s, max_s=max_s,
-                      sleep=sleep, clock=clock)  # fmt: skip
+                      sleep=sleep, clock=clock)
     return watcher.watch()

@@ -230,7 +230,7 @@ Launch = tuple[str | None, tuple[str, ...] | None]
 
 
 def recompute(g: _Git, head_sha: str, t: TargetResults, files: Sequence[str],
-              launch: Launch = (None, None)) -> tuple[str | None, str]:  # fmt: skip
+              launch: Launch = (None, None)) -> tuple[str | None, str]:
     """The patch the winner of ``t`` must be if the tuner made it: its setting applied to the PR
     head's ``files`` (read from git) with the tuner's code, as ``kernelpro optimize`` writes it.
     Returns (patch, "") or (None, why it cannot be derived)."""
@@ -246,7 +246,7 @@ def recompute(g: _Git, head_sha: str, t: TargetResults, files: Sequence[str],
     changed = {p for p in setting if new[p] != texts[p]}
     if changed != set(t.patch_files):
         return None, (f"the winner's parameters change {', '.join(sorted(md(p, 100) for p in changed)) or 'nothing'}, "
-                      f"the patch changes {', '.join(md(p, 100) for p in t.patch_files)}")  # fmt: skip
+                      f"the patch changes {', '.join(md(p, 100) for p in t.patch_files)}")
     return "".join(unified_diff(p, texts[p], new[p]) for p in t.patch_files), ""
 
 
@@ -254,14 +254,14 @@ def recompute(g: _Git, head_sha: str, t: TargetResults, files: Sequence[str],
 
 
 def _fork_comment(results: Results, patch: str, pr_number: int, label: str = "", *,
-                  head_sha: str = "", run_url: str | None = None) -> str:  # fmt: skip
+                  head_sha: str = "", run_url: str | None = None) -> str:
     """The sticky comment of a fork's pull request: the patch to apply and the same summary as any
     final comment (never the follow-up PR's body, which speaks of a pull request that does not exist)."""
     summary = render_summary_comment(results, pr_number=pr_number, head_sha=head_sha, run_url=run_url)
     summary = summary.split("\n", 2)[2] if summary.startswith("### kernelpro\n") else summary
     for block in (code_block(patch, "diff"), ""):
         text = render_comment("fork", pr=int(pr_number), patch=block, summary=summary,
-                              model_label=label or None)  # fmt: skip
+                              model_label=label or None)
         if len(text) <= _BUDGET:
             return text
     return text[:_BUDGET]
@@ -437,7 +437,7 @@ def publish(
 
     body = render_body(results, pr_number=n, head_sha=pr_head_sha, run_url=run_url,
                        kernelpro_version=kernelpro_version, programmer=programmer,
-                       model=model, model_written=model_written, base_sha=base_sha)  # fmt: skip
+                       model=model, model_written=model_written, base_sha=base_sha)
     title = title_for(results, n)
 
     if is_fork:
@@ -468,9 +468,9 @@ def publish(
             return Published(None, branch, "declined",
                              f"the follow-up pull request #{closed.number} was closed without merging, so kernelpro "
                              f"treats it as declined and publishes nothing again for the same head "
-                             f"({pr_head_sha[:10]}); comment `/kernelpro retry` to open a new one")  # fmt: skip
+                             f"({pr_head_sha[:10]}); comment `/kernelpro retry` to open a new one")
         note = (f"Supersedes #{closed.number}, which was closed without merging (GitHub cannot reopen a pull "
-                "request whose branch was force-pushed, so this is a new one).")  # fmt: skip
+                "request whose branch was force-pushed, so this is a new one).")
     if note and label:  # the label stays the first line
         body = body.replace(label, f"{label}\n\n{note}", 1)
     elif note:
@@ -526,12 +526,12 @@ def publish(
     sha = commit.hexsha
     lease = f"refs/heads/{branch}:{tip or ''}"
     g("push", "--quiet", "--no-verify", f"--force-with-lease={lease}", "--", g.url,
-      f"{sha}:refs/heads/{branch}")  # fmt: skip
+      f"{sha}:refs/heads/{branch}")
 
     pr, action = _open_or_update(repo, branch=branch, base=pr_head_branch, title=title, body=body,
-                                 draft=bool(model_written))  # fmt: skip
+                                 draft=bool(model_written))
     reason = "opened the follow-up pull request" if action == "created" else (
-        "updated the follow-up pull request (branch force-pushed)")  # fmt: skip
+        "updated the follow-up pull request (branch force-pushed)")
     if model_written:
         reason = f"{MODEL_WRITTEN} {reason} as a draft"
     warnings = _triage(pr, labels, reviewers)

@@ -40,7 +40,7 @@ def verdict(results: Results, pr_url: str | None) -> str:
 
 
 def set_status(repo: Any, sha: str, state: Literal["pending", "success", "failure", "error"],
-               description: str, target_url: str | None) -> str | None:  # fmt: skip
+               description: str, target_url: str | None) -> str | None:
     """Set the ``kernelpro`` status of commit ``sha``; None when done, else why it was not."""
     if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", sha or ""):
         return f"not a full commit SHA: {sha[:80]!r}"

@@ -116,16 +116,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             (out / f"{name}.md").write_text(text)
             html = subprocess.run(["node", str(js), str(nm / "marked")], input=text, capture_output=True,
-                                  text=True, check=True).stdout  # fmt: skip
+                                  text=True, check=True).stdout
             page = Path(tmp) / f"{name}.html"
             page.write_text(_PAGE.format(css=(nm / "github-markdown-css" / "github-markdown-light.css").as_uri(),
                                          mermaid=(nm / "mermaid" / "dist" / "mermaid.min.js").as_uri(),
-                                         title=json.dumps(title)[1:-1], html=html))  # fmt: skip
+                                         title=json.dumps(title)[1:-1], html=html))
             height = 160 + 24 * text.count("\n") + 500 * text.count("```mermaid")
             png = out / f"{name}.png"
             subprocess.run([a.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                             f"--window-size=920,{min(height, 4000)}", "--virtual-time-budget=8000",
-                            f"--screenshot={png}", page.as_uri()], check=True, capture_output=True, timeout=120)  # fmt: skip
+                            f"--screenshot={png}", page.as_uri()], check=True, capture_output=True, timeout=120)
             print(png)
     return 0
 

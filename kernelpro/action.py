@@ -39,13 +39,13 @@ from kernelpro.runner.smoke import static_faults
 from kernelpro.settings import Settings
 
 __all__ = ["ActionError", "Plan", "explain", "plan", "publish_results", "retry_policy", "seal_results",
-           "watch_progress"]  # fmt: skip
+           "watch_progress"]
 
 
 def _trigger(settings: Settings) -> Trigger | None:
     """The kernelpro trigger in the event that started the job, or None when it is not one."""
     return parse_event_file(settings.event_name, settings.event_path, label=settings.label,
-                            bot_login=settings.bot_login)  # fmt: skip
+                            bot_login=settings.bot_login)
 
 
 def configured(base: Path, head: Path, kernel: str | None, changed: Sequence[str]) -> Configured:
@@ -78,19 +78,19 @@ def plan(settings: Settings, checkout: Path, gh: Any = None) -> Plan:
 
 
 def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: Any = None,
-                    push_url: str | None = None, head_sha: str | None = None) -> str:  # fmt: skip
+                    push_url: str | None = None, head_sha: str | None = None) -> str:
     """Publish the optimize results. ``head_sha``: the commit plan approved and optimize ran on
     (the plan job's output); the follow-up commit is built on it even if the PR moved on since."""
     trigger = _trigger(settings)
     if trigger is None:
         return "not a kernelpro trigger"
     return followup.publish_results(settings, checkout, results_root, gh or connect(settings), trigger, limits,
-                                    push_url=push_url, head_sha=head_sha)  # fmt: skip
+                                    push_url=push_url, head_sha=head_sha)
 
 
 def watch_progress(settings: Settings, targets: list[str], files: dict[str, list[str]], gh: Any = None, *,
                    interval_s: float = 30.0, max_s: float = 190 * 60.0, job_prefix: str = "optimize ",
-                   sleep: Any = time.sleep, clock: Any = time.monotonic) -> Any:  # fmt: skip
+                   sleep: Any = time.sleep, clock: Any = time.monotonic) -> Any:
     """The progress job: keep the sticky comment live until the optimize jobs are done."""
     trigger = _trigger(settings)
     if trigger is None:
@@ -99,7 +99,7 @@ def watch_progress(settings: Settings, targets: list[str], files: dict[str, list
     if not settings.run_id.isdigit():
         raise ActionError("GITHUB_RUN_ID is not set: `kernelpro action progress` runs inside the workflow run it watches")
     return progress.watch(settings, gh or connect(settings), trigger, targets, files, interval_s=interval_s,
-                          max_s=max_s, job_prefix=job_prefix, sleep=sleep, clock=clock)  # fmt: skip
+                          max_s=max_s, job_prefix=job_prefix, sleep=sleep, clock=clock)
 
 
 def cmd_plan(args: Any, settings: Settings) -> int:
@@ -109,7 +109,7 @@ def cmd_plan(args: Any, settings: Settings) -> int:
     (out / "plan.json").write_text(json.dumps(p.__dict__, indent=2) + "\n")
     write_outputs(settings, {"run": "true" if p.run else "false", "targets": json.dumps(list(p.targets)),
                              "pr": str(p.pr), "head_sha": p.head_sha, "base_sha": p.base_sha,
-                             "budget": str(p.budget or ""), "files": json.dumps(dict(p.files))})  # fmt: skip
+                             "budget": str(p.budget or ""), "files": json.dumps(dict(p.files))})
     print(f"kernelpro plan: {p.reason}")
     summary(settings, f"### kernelpro plan\n\n{p.reason}")
     return 0
@@ -120,7 +120,7 @@ def cmd_optimize(args: Any, settings: Settings) -> int:
         raise ActionError("KERNELPRO_BASE_SHA and KERNELPRO_HEAD_SHA must come from the plan job's outputs")
     out = Path(args.out)
     rc = pipeline.run(Request(Path(args.checkout), settings.base_sha, settings.head_sha, out, kernel=args.target,
-                              budget=settings.budget, programmer=settings.programmer, search="mcts"), settings)  # fmt: skip
+                              budget=settings.budget, programmer=settings.programmer, search="mcts"), settings)
     if seal_results(out, settings):
         rc = rc or 1
     report = out / "report.md"
@@ -139,12 +139,12 @@ def seal_results(out: Path, settings: Settings) -> bool:
     out of the results folder (kernelpro.outbox), each with an error line; True if any was."""
     # The whole environment is searched, not only the settings: a secret kernelpro never reads is still one.
     secrets = secret_values(os.environ, {"KERNELPRO_LLM_API_KEY": settings.llm_api_key,
-                                         "GITHUB_TOKEN": settings.github_token})  # fmt: skip
+                                         "GITHUB_TOKEN": settings.github_token})
     removed = seal(out, secrets)
     for r in removed:
         print(f"::error title=kernelpro::removed {_command_text(r.path[:300])} from the results before the "
               f"upload: {r.why}. The optimize job ran the pull request's code, which can write there; "
-              "nothing it left that could leak a file or a secret is uploaded")  # fmt: skip
+              "nothing it left that could leak a file or a secret is uploaded")
     return bool(removed)
 
 
@@ -175,8 +175,8 @@ def _plan_lists(targets_json: str, files_json: str) -> tuple[list[str], dict[str
 def cmd_progress(args: Any, settings: Settings) -> int:
     targets, files = _plan_lists(args.targets, args.files)
     snap = watch_progress(settings, targets, files, interval_s=args.interval, max_s=args.max_minutes * 60,
-                          job_prefix=args.job_prefix)  # fmt: skip
+                          job_prefix=args.job_prefix)
     if snap is not None:
         print(f"kernelpro progress: {snap.done}/{len(snap.kernels)} kernel(s) done, "
-              f"{snap.evaluations} evaluation(s); {'all jobs finished' if snap.finished else 'stopped watching'}")  # fmt: skip
+              f"{snap.evaluations} evaluation(s); {'all jobs finished' if snap.finished else 'stopped watching'}")
     return 0

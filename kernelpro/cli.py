@@ -95,7 +95,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         workloads = [Workload.make(definition, {})]
     else:
         raise UsageError(f"definition {definition.name} has variable axes {definition.var_axes}: "
-                         "pass --workloads W.jsonl with their values")  # fmt: skip
+                         "pass --workloads W.jsonl with their values")
     if not workloads:
         raise UsageError(f"{args.workloads} holds no workloads")
     device = settings.resolved_device()
@@ -120,7 +120,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         base_lines = traces(definition, base_sol, workloads, base_out)
         append_jsonl(args.out, [t.to_json() for t in base_lines])
         base_ms = {t.workload.uuid: t.evaluation.performance.latency_ms for t in base_lines
-                   if t.evaluation is not None and t.evaluation.performance is not None}  # fmt: skip
+                   if t.evaluation is not None and t.evaluation.performance is not None}
         print(f"{'workload':<40} {'baseline ms':>12} {'candidate ms':>13} {'speedup':>8}")
         for t in lines:
             ev = t.evaluation
@@ -128,7 +128,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
             b = base_ms.get(t.workload.uuid)
             x = f"{b / cand:.2f}x" if b and cand else "n/a"
             print(f"{t.workload.uuid[:40]:<40} {b if b is not None else float('nan'):>12.4f} "
-                  f"{cand if cand is not None else float('nan'):>13.4f} {x:>8}")  # fmt: skip
+                  f"{cand if cand is not None else float('nan'):>13.4f} {x:>8}")
         if not base_out.passed:
             print(f"the baseline did not pass: {base_out.log.strip()[-500:]}", file=sys.stderr)
     return 0
@@ -141,7 +141,7 @@ def _check_budget(budget: int | None) -> None:
     """``--budget`` below 1 would fall back to the configuration's budget unnoticed (0 is falsy)."""
     if budget is not None and budget < 1:
         raise UsageError(f"--budget {budget}: give at least 1 evaluation per target (the pull request's kernel "
-                         "counts as one), or leave --budget out for the target's own budget")  # fmt: skip
+                         "counts as one), or leave --budget out for the target's own budget")
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
@@ -151,13 +151,13 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     if args.tools == "reactive" and args.feedback != "tools":
         print(f"--tools reactive offers the tools' findings; it needs --feedback tools, not {args.feedback}",
-              file=sys.stderr)  # fmt: skip
+              file=sys.stderr)
         return 2
     return pipeline.run(Request(Path(args.repo), args.base, args.head, Path(args.out), kernel=args.kernel,
                                 budget=args.budget, programmer=args.programmer, search=args.search,
                                 feedback=args.feedback, tool_mode=args.tools, memory=args.memory == "on",
                                 candidates=args.candidates, energy=args.energy, cuda_graphs=args.cuda_graphs),
-                        settings)  # fmt: skip
+                        settings)
 
 
 # --------------------------------------------------------------------------- tools, analyze
@@ -167,7 +167,7 @@ def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
     tools = registry()
     rows = [{"name": t.name, "source": t.source, "required": list(t.required), "thresholds": dict(t.thresholds),
              "affinity": sorted(t.affinity), "energy_only": t.energy_only, "description": t.description}
-            for t in tools]  # fmt: skip
+            for t in tools]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -190,7 +190,7 @@ def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
         ncu = ncu_report.find_ncu()
         if ncu is None:
             raise UsageError("--ncu-rep needs Nsight Compute's ncu to read the report; export it where ncu exists "
-                             "with `ncu --import F --csv --page raw > F.csv` and pass --ncu-csv")  # fmt: skip
+                             "with `ncu --import F --csv --page raw > F.csv` and pass --ncu-csv")
         p = subprocess.run([ncu, "--import", args.ncu_rep, "--csv", "--page", "raw"], capture_output=True, text=True)
         kernels = ncu_report.parse_csv(p.stdout)
     if (args.ncu_csv or args.ncu_rep) and not kernels:
@@ -216,7 +216,7 @@ def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
     analysis = run_tools(profile, bottleneck, energy=args.energy)
     if args.json:
         print(json.dumps({"bottleneck": bottleneck, "ran": list(analysis.ran), "skipped": dict(analysis.skipped),
-                          "findings": [f.to_json() for f in analysis.findings]}, indent=2))  # fmt: skip
+                          "findings": [f.to_json() for f in analysis.findings]}, indent=2))
     else:
         print(f"Bottleneck: {bottleneck}" + ("" if args.bottleneck else " (from ncu throughput)"))
         print(render(analysis, profile, "tools"))
@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--run", action="store_true",
                    help="also check each target as `optimize` does before any search: its files exist, its entry "
                         "point is defined, and the definition's reference runs on the smallest workload and returns "
-                        "the declared outputs")  # fmt: skip
+                        "the declared outputs")
     c.set_defaults(fn=cmd_check_config)
 
     e = sub.add_parser("evaluate", help="build, verify and time one Solution; append FlashInfer-Trace lines")
@@ -313,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--tools", default="proactive", choices=("proactive", "reactive"),
                    help="with --feedback tools: run every relevant tool and put the findings in the prompt "
                         "(proactive, default), or offer the tools to the model as function calls (reactive; "
-                        "--programmer llm)")  # fmt: skip
+                        "--programmer llm)")
     o.add_argument("--memory", default="on", choices=("on", "off"),
                    help="keep a search memory and show it to the programmer (default on)")
     o.add_argument("--candidates", type=int, metavar="N",
@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--energy", choices=("off", "passive", "active"),
                    help="energy per call: off, passive (NVML measures the baseline and the winner; the search is "
                         "unchanged) or active (also prefer the cheaper of equally fast kernels); default: the "
-                        "configuration's `energy:`, else off")  # fmt: skip
+                        "configuration's `energy:`, else off")
     o.add_argument("--cuda-graphs", action="store_true", help=GRAPHS_HELP)
     o.set_defaults(fn=cmd_optimize)
 
@@ -381,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 UNCONFINED_HELP = ("run candidates even where their confinement (Landlock; a pid namespace or Landlock ABI 6) is "
                    "unavailable; RISK: the pull request's code then runs with this user's rights: it can read and "
                    "write its files (kernelpro's installation, the checkout's .git, the results) and outlive the "
-                   "run. Also KERNELPRO_ALLOW_UNCONFINED=1. See docs/github.md, Runner hardening")  # fmt: skip
+                   "run. Also KERNELPRO_ALLOW_UNCONFINED=1. See docs/github.md, Runner hardening")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -412,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _err(str(e))
         if isinstance(e, GithubException):
             return _err(f"GitHub API error {e.status}: {e.data}; the results are in the artifact, rerun this job "
-                        "to publish them")  # fmt: skip
+                        "to publish them")
         raise
     except KeyboardInterrupt as e:
         return _interrupted(args, int(getattr(e, "signum", signal.SIGINT)))
@@ -437,7 +437,7 @@ def _interrupted(args: argparse.Namespace, signum: int) -> int:
     out = Path(str(getattr(args, "out", "") or "."))
     if args.command == "evaluate":
         where = (f"evaluate keeps no journal: the trace lines of the evaluations that finished are in {out}; "
-                 "rerun the command to evaluate again")  # fmt: skip
+                 "rerun the command to evaluate again")
     elif hasattr(args, "allow_unconfined"):
         journals = sorted(str(j) for j in out.glob("*/journal.jsonl") if j.stat().st_size)
         where = (f"the evaluations that finished are in the journal ({', '.join(journals)})" if journals else

@@ -54,12 +54,12 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("work", re.compile(r"^([A-Z]+_)*PER_THREAD$|^(ROWS|COLS|ITEMS|ELEMS)_PER_(BLOCK|WARP)$")),
     ("tile", re.compile(r"^(TILE(_[A-Z0-9]+)?|BLOCK_[MNK]|B[MNK]|TILE_SIZE_[MNK])$")),
     ("unroll", re.compile(r"^(UNROLL(_[A-Z0-9]+)?|[A-Z0-9_]+_UNROLL)$")),
-)  # fmt: skip
+)
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(?P<name>[A-Za-z_]\w*)[ \t]+\(?[ \t]*(?P<value>[0-9]+)(?P<suffix>[uUlL]*)"
-                     r"[ \t]*\)?[ \t]*$", re.M)  # fmt: skip
+                     r"[ \t]*\)?[ \t]*$", re.M)
 _CONSTEXPR = re.compile(r"^[ \t]*(?:static[ \t]+)?(?:constexpr|const)[ \t]+(?:unsigned[ \t]+|signed[ \t]+)?"
                         r"(?:int|long|long long|size_t|int32_t|int64_t|uint32_t|uint64_t|short)[ \t]+"
-                        r"(?P<name>[A-Za-z_]\w*)[ \t]*=[ \t]*(?P<value>[0-9]+)(?P<suffix>[uUlL]*)[ \t]*;[ \t]*$", re.M)  # fmt: skip
+                        r"(?P<name>[A-Za-z_]\w*)[ \t]*=[ \t]*(?P<value>[0-9]+)(?P<suffix>[uUlL]*)[ \t]*;[ \t]*$", re.M)
 _PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b(?P<rest>[^\n]*)$", re.M)
 _BOUNDS = re.compile(r"\b__launch_bounds__[ \t]*\(")
 
@@ -134,7 +134,7 @@ def _scan(source: str, kernel: str | None = None, block: tuple[str, ...] | None 
         if value <= 0:
             continue
         found.append((Knob(name, kind, value, _choices(kind, value), masked.count("\n", 0, start) + 1),
-                      _Site(start, end, "literal")))  # fmt: skip
+                      _Site(start, end, "literal")))
     for i, m in enumerate(_PRAGMA.finditer(masked), start=1):
         rest = m["rest"].strip()
         if rest and not re.fullmatch(r"\(?\s*[0-9]+\s*\)?", rest):
@@ -144,7 +144,7 @@ def _scan(source: str, kernel: str | None = None, block: tuple[str, ...] | None 
             continue
         start = m.start("rest")
         found.append((Knob(f"pragma_unroll#{i}", "unroll", value, _choices("unroll", value),
-                           masked.count("\n", 0, start) + 1), _Site(start, m.end("rest"), "pragma")))  # fmt: skip
+                           masked.count("\n", 0, start) + 1), _Site(start, m.end("rest"), "pragma")))
     bounded: set[str] = set()
     for i, m in enumerate(_BOUNDS.finditer(masked), start=1):
         depth, j = 1, m.end()
@@ -173,14 +173,14 @@ def _scan(source: str, kernel: str | None = None, block: tuple[str, ...] | None 
         else:
             value = 0
         found.append((Knob(label, "min_blocks", value, _choices("min_blocks", value),
-                           masked.count("\n", 0, inner_start) + 1), _Site(inner_start, inner_end, "bounds", first)))  # fmt: skip
+                           masked.count("\n", 0, inner_start) + 1), _Site(inner_start, inner_end, "bounds", first)))
     threads = _threads_expr(block)
     if kernel and threads and kernel not in bounded:
         decl = re.search(rf"\b__global__\b[^;{{}}()]*?\b(?P<name>{re.escape(kernel)})\s*\(", masked)
         if decl is not None:
             at = decl.start("name")
             found.append((Knob(f"min_blocks:{kernel}", "min_blocks", 0, _choices("min_blocks", 0),
-                               masked.count("\n", 0, at) + 1), _Site(at, at, "insert", threads)))  # fmt: skip
+                               masked.count("\n", 0, at) + 1), _Site(at, at, "insert", threads)))
     found.sort(key=lambda ks: ks[1].start)
     return found
 
@@ -209,7 +209,7 @@ def whole_range(knob: Knob) -> tuple[int, ...]:
 
 
 def apply_knobs(source: str, settings: Mapping[str, int], kernel: str | None = None,
-                block: tuple[str, ...] | None = None, *, lineage: bool = False) -> str:  # fmt: skip
+                block: tuple[str, ...] | None = None, *, lineage: bool = False) -> str:
     """``source`` with each named knob set; unnamed knobs keep their value and the current values
     give back ``source`` unchanged. Raises KnobError for an unknown knob or a value off its choices
     (with ``lineage``, off :func:`whole_range`: the setting of a winner several moves away)."""

@@ -615,7 +615,7 @@ def _unscaled(node: ast.expr, var: str | None = None, kind: str | None = None) -
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2
         and not node.keywords and _is_int_literal(node.args[1]) and isinstance(node.args[0], ast.BinOp)
         and factor(node.args[0].right)
-    ):  # fmt: skip
+    ):
         inner, bound = node.args[0], node.args[1].value  # type: ignore[attr-defined]
         if node.func.id == "min" and isinstance(inner.op, ast.Mult) and bound == WARPS_MAX and kind in (None, "num_warps"):
             found = inner.left, factor(inner.right)
@@ -648,7 +648,7 @@ def _expr_site(node: ast.expr, kind: str, text: _Text) -> tuple[int, _Site]:
 
 
 def _line_site(var: str, bindings: list[ast.Constant | ast.Assign | None], owner: _Scope, kind: str,
-               text: _Text) -> tuple[int, _Site] | str:  # fmt: skip
+               text: _Text) -> tuple[int, _Site] | str:
     """A computed binding ``var = f(n)`` adjusted by a line right after it: (current shift, site), or
     why it cannot be."""
     stmts = [b for b in bindings if isinstance(b, ast.Assign)]
@@ -693,7 +693,7 @@ def _line_site(var: str, bindings: list[ast.Constant | ast.Assign | None], owner
 
 
 def _inner_knobs(expr: ast.expr, kind: str, text: _Text, label: str, prefix: str,
-                 add: Callable[[str, str, str, int, _Site], None]) -> bool:  # fmt: skip
+                 add: Callable[[str, str, str, int, _Site], None]) -> bool:
     """The literals a computed launch value is shaped by, as knobs: caps and floors (``min(x, 32)``,
     ``max(8, x)``) and power-of-two divisors (``n // 256``, ``triton.cdiv(n, 32)``). Editing one keeps
     the heuristic and moves where it saturates or how it grows, the rule a reviewer reads. True when
@@ -722,7 +722,7 @@ def _inner_knobs(expr: ast.expr, kind: str, text: _Text, label: str, prefix: str
 
 
 def _computed_knobs(expr: ast.expr, kind: str, text: _Text, label: str, prefix: str,
-                    add: Callable[[str, str, str, int, _Site], None]) -> None:  # fmt: skip
+                    add: Callable[[str, str, str, int, _Site], None]) -> None:
     """Knobs of a computed value written where it is used: its literals when it has some (the rule a
     reviewer reads), else a scale; an expression the tuner already scaled is read back as that scale."""
     if _unscaled(expr, None, kind) is not None or not _inner_knobs(expr, kind, text, label, prefix, add):
@@ -788,25 +788,25 @@ def _read_pin(value: ast.expr, axes: Sequence[str]) -> tuple[int, tuple[int, ...
     """(1-based config, bounds) when ``value`` is the ``prune_configs_by`` a pin writes (:func:`_pin_text`)
     over ``axes``; None for any other value, which is the repository's own and not a knob."""
     if not (isinstance(value, ast.Dict) and len(value.keys) == 1 and isinstance(value.keys[0], ast.Constant)
-            and value.keys[0].value == "early_config_prune" and isinstance(value.values[0], ast.Lambda)):  # fmt: skip
+            and value.keys[0].value == "early_config_prune" and isinstance(value.values[0], ast.Lambda)):
         return None
     fn = value.values[0]
     if [a.arg for a in fn.args.args] != ["configs", "args"] or fn.args.kwarg is None or fn.args.kwarg.arg != "kw":
         return None
     body = fn.body
     if not (isinstance(body, ast.IfExp) and isinstance(body.orelse, ast.Name) and body.orelse.id == "configs"
-            and isinstance(body.body, ast.List) and len(body.body.elts) == 1):  # fmt: skip
+            and isinstance(body.body, ast.List) and len(body.body.elts) == 1):
         return None
     pick = body.body.elts[0]
     if not (isinstance(pick, ast.Subscript) and isinstance(pick.value, ast.Name) and pick.value.id == "configs"
-            and _is_int_literal(pick.slice) and pick.slice.value >= 0):  # type: ignore[attr-defined]  # fmt: skip
+            and _is_int_literal(pick.slice) and pick.slice.value >= 0):  # type: ignore[attr-defined]
         return None
     tests = body.test.values if isinstance(body.test, ast.BoolOp) and isinstance(body.test.op, ast.And) else [body.test]
     bounds: list[int] = []
     for axis, test in zip(axes, tests, strict=False):
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.LtE)
                 and _is_int_literal(test.comparators[0]) and isinstance(test.left, ast.Subscript)
-                and isinstance(test.left.slice, ast.Constant) and test.left.slice.value == axis):  # fmt: skip
+                and isinstance(test.left.slice, ast.Constant) and test.left.slice.value == axis):
             return None
         bounds.append(test.comparators[0].value)  # type: ignore[attr-defined]
     if len(tests) != len(axes):
@@ -870,7 +870,7 @@ def _pin_site(deco: ast.Call, axes: tuple[str, ...], descs: tuple[str, ...], tex
 
 
 def _pin_knobs(fn: ast.FunctionDef | ast.AsyncFunctionDef, deco: ast.Call, arg: ast.expr | None, text: _Text,
-               add: Callable[[str, str, str, int, _Site], None]) -> None:  # fmt: skip
+               add: Callable[[str, str, str, int, _Site], None]) -> None:
     """Knobs of an autotune list's shape-bounded pin: ``autotune.pin`` (which config, 0 for none) and
     ``autotune.pin.<axis>`` (up to which size of each key axis it holds). Offered for literal lists of
     two configs or more under a ``key`` of literal names."""
@@ -894,7 +894,7 @@ def _pin_knobs(fn: ast.FunctionDef | ast.AsyncFunctionDef, deco: ast.Call, arg: 
 
 
 def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str, int, _Site], None],
-                     notes: list[str]) -> None:  # fmt: skip
+                     notes: list[str]) -> None:
     """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
     lists a config comprehension iterates) and of ``@triton.heuristics`` values (scaled in place)."""
     aliases = import_aliases(tree)
@@ -931,7 +931,7 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                     ]
                     if cfg.args and isinstance(cfg.args[0], ast.Dict):
                         pairs += [("block", k.value, v) for k, v in zip(cfg.args[0].keys, cfg.args[0].values, strict=True)
-                                  if isinstance(k, ast.Constant) and isinstance(k.value, str)]  # fmt: skip
+                                  if isinstance(k, ast.Constant) and isinstance(k.value, str)]
                     for kind, key, v in pairs:
                         if not _is_int_literal(v) or (kind == "block" and not _is_power_of_two(v.value)):  # type: ignore[attr-defined]
                             continue
@@ -943,25 +943,25 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                     if not isinstance(gen.target, ast.Name) or gen.target.id not in roles:
                         continue
                     kind, key = roles[gen.target.id]
-                    values = [e.value for e in gen.iter.elts if _is_int_literal(e)] if isinstance(gen.iter, ast.List | ast.Tuple) else []  # type: ignore[attr-defined]  # fmt: skip
+                    values = [e.value for e in gen.iter.elts if _is_int_literal(e)] if isinstance(gen.iter, ast.List | ast.Tuple) else []  # type: ignore[attr-defined]
                     if not isinstance(gen.iter, ast.List | ast.Tuple) or len(values) != len(gen.iter.elts):
                         shown = ast.get_source_segment(text.source, gen.iter) or "?"
                         notes.append(f"{where}: `{key}` takes its values from `{shown[:60]}`, not a literal list")
                         continue
                     if not _list_style(kind, values):
                         notes.append(f"{where}: the `{key}` values {values} are not consecutive "
-                                     f"{'integers' if kind == 'num_stages' else 'powers of two'}")  # fmt: skip
+                                     f"{'integers' if kind == 'num_stages' else 'powers of two'}")
                         continue
                     start, end = _span(text, gen.iter)
                     brackets = text.source[start] + text.source[end - 1]
                     for end_name, value in (("min", values[0]), ("max", values[-1])):
                         site = _Site(start, end, rule="list", base=end_name, kind=kind, indent=brackets,
-                                     lo=values[0], hi=values[-1])  # fmt: skip
+                                     lo=values[0], hi=values[-1])
                         add(fn.name, f"autotune.{key}.{end_name}", kind, value, site)
             else:
                 code = ast.get_source_segment(text.source, arg) if arg is not None else "nothing"
                 notes.append(f"{where}: its configs come from `{(code or '?')[:60]}`, which the tuner cannot "
-                             "read (a list of triton.Config, or a comprehension over literal lists, it can)")  # fmt: skip
+                             "read (a list of triton.Config, or a comprehension over literal lists, it can)")
 
 
 def _scan(source: str) -> list[tuple[Knob, _Site]]:
@@ -1160,7 +1160,7 @@ def reachable_functions(source: str, roots: Iterable[str]) -> frozenset[str] | N
 
 
 def checked_edits(scanned: Mapping[str, tuple[Knob, SiteT]], settings: Mapping[str, int],
-                  choices: Callable[[Knob], Collection[int]] | None = None) -> list[tuple[SiteT, int]]:  # fmt: skip
+                  choices: Callable[[Knob], Collection[int]] | None = None) -> list[tuple[SiteT, int]]:
     """The (site, new value) edits ``settings`` asks of the knobs ``scanned`` in a source (Triton's
     or CUDA's); KnobError for an unknown knob or a value off its choices (``choices(knob)`` when
     given, else ``knob.choices``)."""

@@ -82,11 +82,11 @@ class Request:
 def run_optimize(repo: Path, base: str, head: str, out: Path, settings: Settings, *, kernel: str | None,
                  budget: int | None, programmer_name: str, search: str, feedback: str = "tools",
                  tool_mode: str = "proactive", memory: bool = True, candidates: int | None = None,
-                 energy: str | None = None, cuda_graphs: bool = False) -> int:  # fmt: skip
+                 energy: str | None = None, cuda_graphs: bool = False) -> int:
     """:func:`run` with the request spelled out as arguments; the exit code."""
     return run(Request(repo, base, head, out, kernel=kernel, budget=budget, programmer=programmer_name,
                        search=search, feedback=feedback, tool_mode=tool_mode, memory=memory,
-                       candidates=candidates, energy=energy, cuda_graphs=cuda_graphs), settings)  # fmt: skip
+                       candidates=candidates, energy=energy, cuda_graphs=cuda_graphs), settings)
 
 
 def run(request: Request, settings: Settings) -> int:
@@ -102,7 +102,7 @@ def run(request: Request, settings: Settings) -> int:
     device = settings.resolved_device()
     if request.tool_mode == "reactive" and request.feedback == "tools" and device != "cuda":
         print("--tools reactive: there is no GPU, so no profile: the model is offered no profiling tool (only the "
-              "code search when KERNELPRO_CUTLASS_DIR is set). Run on a GPU with ncu for the tools.")  # fmt: skip
+              "code search when KERNELPRO_CUTLASS_DIR is set). Run on a GPU with ncu for the tools.")
     extractor = None
     if request.memory and request.programmer == "llm":  # the configured model also keeps the search memory
         from kernelpro.runner.extractor import LLMExtractor
@@ -132,7 +132,7 @@ def _print_snippet(kernels: list[Any]) -> None:
 
 
 def _run_targets(request: Request, settings: Settings, *, programmer: Any, device: str, pool: Any,
-                 extractor: Any) -> int:  # fmt: skip
+                 extractor: Any) -> int:
     repo, base, head, out, kernel, budget = request.repo, request.base, request.head, request.out, request.kernel, request.budget
     out.mkdir(parents=True, exist_ok=True)
     changed = changed_files(repo, base, head)
@@ -175,7 +175,7 @@ def _run_targets(request: Request, settings: Settings, *, programmer: Any, devic
         for target in targets:
             if target.language == "cuda" and device != "cuda":
                 print(f"{target.name}: skipped, CUDA targets need an NVIDIA GPU (this run is on the CPU); run on a "
-                      "GPU machine, or set KERNELPRO_DEVICE=cuda there")  # fmt: skip
+                      "GPU machine, or set KERNELPRO_DEVICE=cuda there")
                 continue
             t_out = out / target.name
             # Before any search: a fault of the configuration is reported as such, never as the PR kernel's status.
@@ -203,14 +203,14 @@ def _run_targets(request: Request, settings: Settings, *, programmer: Any, devic
                                                      warm_server=settings.warm_server),
                              feedback=request.feedback, tool_mode=request.tool_mode, extra_tools=extra_tools,
                              memory=request.memory, per_step=request.candidates or RunSettings.per_step,
-                             energy=energy_mode)  # fmt: skip
+                             energy=energy_mode)
             rs = replace(rs, command=reproduce(request, settings, rs, device=device, base_sha=co.base_sha,
                                                head_sha=co.head_sha, kernel=target.name, programmer=programmer.name,
-                                               budget=budget or target.budget.evaluations))  # fmt: skip
+                                               budget=budget or target.budget.evaluations))
             progress = _progress(settings, budget or target.budget.evaluations, target.name)
             try:
                 result = optimize(target, co.head, t_out, programmer, rs, base_solution=base_solution,
-                                  progress=progress, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
+                                  progress=progress, extractor=extractor, pool=pool, meter=meter)
             finally:
                 progress.close()
             for w in result.baseline.outcome.warnings:  # the installed copy ran, not the repository's files
@@ -230,7 +230,7 @@ def _run_targets(request: Request, settings: Settings, *, programmer: Any, devic
                 failed.append(f"{target.name}: {result.stop_reason}")
             w = result.winner
             verdict = (f"verified speedup {w.speedup:.2f}x ({'; then '.join(summaries[-1]['winner']['lineage'])})" if w
-                       else f"the pull request's kernel stands ({result.stop_reason})")  # fmt: skip
+                       else f"the pull request's kernel stands ({result.stop_reason})")
             print(f"{target.name}: {verdict}; {len(result.evaluated)} evaluations in {result.seconds:.0f} s")
     (out / "report.md").write_text("\n\n---\n\n".join(reports))
     (out / "patch.diff").write_text("".join(patches))
@@ -243,7 +243,7 @@ def _run_targets(request: Request, settings: Settings, *, programmer: Any, devic
         for line in config_faults:
             print(f"kernelpro: error: {line}", file=sys.stderr)
         print("kernelpro: the configuration is at fault, not the pull request's kernel; `kernelpro check-config "
-              "--run` checks it again", file=sys.stderr)  # fmt: skip
+              "--run` checks it again", file=sys.stderr)
         return 2
     if failed:
         # The results are written, but a run whose programmer could not work is not a result: say why, non-zero.
@@ -254,7 +254,7 @@ def _run_targets(request: Request, settings: Settings, *, programmer: Any, devic
 
 
 def reproduce(request: Request, settings: Settings, rs: RunSettings, *, device: str, base_sha: str,
-              head_sha: str, kernel: str, budget: int, programmer: str) -> str:  # fmt: skip
+              head_sha: str, kernel: str, budget: int, programmer: str) -> str:
     """The command line that reruns one target's optimization exactly: the environment it reads (never the
     key), the commits by SHA, and every switch with the value this run used."""
     env = [f"KERNELPRO_DEVICE={device}"]
@@ -262,14 +262,14 @@ def reproduce(request: Request, settings: Settings, rs: RunSettings, *, device: 
         from kernelpro.runner.programmers.llm import OPENAI_BASE_URL, _without_credentials
 
         env += [f"KERNELPRO_LLM_BASE_URL={_without_credentials(settings.llm_base_url or OPENAI_BASE_URL)}",
-                f"KERNELPRO_LLM_MODEL={settings.llm_model}"]  # fmt: skip
+                f"KERNELPRO_LLM_MODEL={settings.llm_model}"]
         if settings.llm_max_tokens:
             env.append(f"KERNELPRO_LLM_MAX_TOKENS={settings.llm_max_tokens}")
     args = ["kernelpro", "optimize", "--repo", str(request.repo), "--base", base_sha, "--head", head_sha,
             "--out", str(request.out), "--kernel", kernel, "--budget", str(budget), "--programmer",
             programmer, "--search", rs.search, "--feedback", rs.feedback, "--tools", rs.tool_mode,
             "--memory", "on" if rs.memory else "off", "--candidates", str(rs.per_step),
-            "--energy", rs.energy, *(["--cuda-graphs"] if request.cuda_graphs else [])]  # fmt: skip
+            "--energy", rs.energy, *(["--cuda-graphs"] if request.cuda_graphs else [])]
     return shlex.join([*env, *args])
 
 
@@ -287,7 +287,7 @@ def _progress(settings: Settings, total: int, label: str) -> Any:
         if not draw and best > shown["best"]:
             shown["best"] = best
             print(f"[{label}] evaluation {i}/{budget}: new best in the search {best:.2f}x "
-                  f"({scored.outcome.status})", file=sys.stderr)  # fmt: skip
+                  f"({scored.outcome.status})", file=sys.stderr)
 
     update.close = bar.close  # type: ignore[attr-defined]
     return update

@@ -176,7 +176,7 @@ class Reader:
             raise self.fail(where, "more than 256 entries")
         return tuple((self.name(k, f"{where} key"),
                       self.int_(x, f"{where}.{k}") if as_int else self.num(x, f"{where}.{k}", 0.0, 1e9))
-                     for k, x in o.items())  # fmt: skip
+                     for k, x in o.items())
 
     def items(self, v: Any, where: str, limit: int = MAX_LIST) -> list[tuple[str, Any]]:
         """A list's entries with their JSON paths."""
@@ -247,7 +247,7 @@ class WorkloadTiming:
                "baseline_p10_ms": self.baseline_p10_ms, "baseline_p90_ms": self.baseline_p90_ms,
                "candidate_ms": self.candidate_ms, "candidate_p10_ms": self.candidate_p10_ms,
                "candidate_p90_ms": self.candidate_p90_ms, "speedup": self.speedup, "speedup_low": self.speedup_low,
-               "speedup_high": self.speedup_high, "n": self.n}  # fmt: skip
+               "speedup_high": self.speedup_high, "n": self.n}
         for k in ("baseline_energy_j", "candidate_energy_j", "energy_ratio", "energy_ratio_low", "energy_ratio_high"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
@@ -300,7 +300,7 @@ class Correctness:
 
     def to_json(self) -> dict[str, Any]:
         return {"uuid": self.uuid, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
-                "trials": self.trials, "seeds": list(self.seeds)}  # fmt: skip
+                "trials": self.trials, "seeds": list(self.seeds)}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "correctness") -> Correctness:
@@ -348,7 +348,7 @@ class Winner:
                 "workloads": [w.to_json() for w in self.workloads],
                 "correctness": [c.to_json() for c in self.correctness],
                 "memcheck": {"status": self.memcheck} if self.memcheck else None,
-                "guards": _opt(self.guards, Guards.to_json)}  # fmt: skip
+                "guards": _opt(self.guards, Guards.to_json)}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "winner") -> Winner:
@@ -362,7 +362,7 @@ class Winner:
             note=r.opt_text(o.get("note"), f"{where}.note"),
             lineage=tuple(r.text(x, w) for w, x in r.items(o.get("lineage", []), f"{where}.lineage", 1000)),
             params=tuple((r.name(k, f"{where}.params key"), r.param(x, f"{where}.params.{k}"))
-                         for k, x in params.items()),  # fmt: skip
+                         for k, x in params.items()),
             speedup=r.num(r.get(o, "speedup", where), f"{where}.speedup", 1.0, _SPEEDUP_MAX),
             gamma=r.num(r.get(o, "gamma", where), f"{where}.gamma", 1.0, 100.0),
             workloads=tuple(WorkloadTiming.from_json(x, w)
@@ -371,7 +371,7 @@ class Winner:
                               for w, x in r.items(o.get("correctness", []), f"{where}.correctness", 1000)),
             memcheck=_memcheck(o.get("memcheck"), f"{where}.memcheck"),
             guards=_opt(o.get("guards"), lambda g: Guards.from_json(g, f"{where}.guards")),
-        )  # fmt: skip
+        )
 
 
 def _memcheck(v: Any, where: str) -> str:
@@ -454,7 +454,7 @@ class Guards:
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "shapes": [s.to_json() for s in self.shapes],
-                "skipped": [s.to_json() for s in self.skipped], "notes": list(self.notes)}  # fmt: skip
+                "skipped": [s.to_json() for s in self.skipped], "notes": list(self.notes)}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "guards") -> Guards:
@@ -471,7 +471,7 @@ class Guards:
             skipped=tuple(GuardRow.from_json(x, w, skipped=True)
                           for w, x in r.items(o.get("skipped", []), f"{where}.skipped", 256)),
             notes=tuple(r.text(x, w, 500) for w, x in r.items(o.get("notes", []), f"{where}.notes", 64)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -540,7 +540,7 @@ class Ceilings:
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "bandwidth_gbs": self.bandwidth_gbs, "flops_tflops": self.flops_tflops,
-                "source": self.source}  # fmt: skip
+                "source": self.source}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "ceilings") -> Ceilings:
@@ -575,7 +575,7 @@ class RooflineRow:
     def to_json(self) -> dict[str, Any]:
         return {"uuid": self.uuid, "axes": _axes_json(self.axes), "intensity": self.intensity,
                 "floor_ms": self.floor_ms, "baseline_ms": self.baseline_ms,
-                "pct_of_roofline": self.pct_of_roofline, "max_speedup": self.max_speedup}  # fmt: skip
+                "pct_of_roofline": self.pct_of_roofline, "max_speedup": self.max_speedup}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "workload") -> RooflineRow:
@@ -618,7 +618,7 @@ class Stage1:
         return {"bottleneck": self.bottleneck, "theory": self.theory, "measured": self.measured,
                 "agree": self.agree, "note": self.note, "compute_pct": self.compute_pct,
                 "memory_pct": self.memory_pct, "ceilings": _opt(self.ceilings, Ceilings.to_json),
-                "workloads": [w.to_json() for w in self.workloads]}  # fmt: skip
+                "workloads": [w.to_json() for w in self.workloads]}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "stage1") -> Stage1:
@@ -635,7 +635,7 @@ class Stage1:
             ceilings=None if c is None else Ceilings.from_json(c, f"{where}.ceilings"),
             workloads=tuple(RooflineRow.from_json(x, w)
                             for w, x in r.items(o.get("workloads", []), f"{where}.workloads", 1000)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -655,7 +655,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return {"tool": self.tool, "severity": self.severity, "title": self.title,
-                "expected_gain": self.expected_gain, "source": self.source}  # fmt: skip
+                "expected_gain": self.expected_gain, "source": self.source}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "finding") -> Finding:
@@ -700,7 +700,7 @@ class BaseBranch:
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "speedup_vs_head": self.speedup_vs_head, "low": self.low,
-                "high": self.high, "verdict": self.verdict, "head_drift": self.head_drift}  # fmt: skip
+                "high": self.high, "verdict": self.verdict, "head_drift": self.head_drift}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "base_branch") -> BaseBranch:
@@ -714,7 +714,7 @@ class BaseBranch:
             r.opt_num(o.get("low"), f"{where}.low", 0.0, _SPEEDUP_MAX),
             r.opt_num(o.get("high"), f"{where}.high", 0.0, _SPEEDUP_MAX), verdict,
             r.opt_num(o.get("head_drift"), f"{where}.head_drift", 0.0, _SPEEDUP_MAX),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -738,7 +738,7 @@ class Tolerance:
         if not _TOLERANCE_KEY.fullmatch(key):
             raise r.fail(f"{where}.dtype", f"{key[:40]!r} is not a dtype or output name (letters, digits, _)")
         return cls(key, r.num(r.get(o, "atol", where), f"{where}.atol", 0.0, 1e30),
-                   r.num(r.get(o, "rtol", where), f"{where}.rtol", 0.0, 1e30))  # fmt: skip
+                   r.num(r.get(o, "rtol", where), f"{where}.rtol", 0.0, 1e30))
 
 
 @dataclass(frozen=True)
@@ -765,7 +765,7 @@ class ProgrammerUse:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.model, "host": self.host, "requests": self.requests,
                 "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "retries": self.retries,
-                "errors": self.errors}  # fmt: skip
+                "errors": self.errors}
 
     @classmethod
     def from_json(cls, v: Any, where: str = "programmer") -> ProgrammerUse:
@@ -860,7 +860,7 @@ class TargetResult:
             "profile_seconds": self.profile_seconds, "seconds_by_stage": dict(self.seconds_by_stage),
             "tolerances": [t.to_json() for t in self.tolerances], "confinement": self.confinement,
             "programmer": _opt(self.programmer, ProgrammerUse.to_json),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, v: Any, where: str = "(top level)") -> TargetResult:
@@ -913,7 +913,7 @@ class TargetResult:
                              r.items(o.get("tolerances", []), f"{w}.tolerances", MAX_TOLERANCES)),
             confinement=r.opt_text(o.get("confinement"), f"{w}.confinement", 300),
             programmer=None if prog is None or prog == {} else ProgrammerUse.from_json(prog, f"{w}.programmer"),
-        )  # fmt: skip
+        )
         _consistent(w, out)
         return out
 

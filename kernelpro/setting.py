@@ -28,7 +28,7 @@ _VALUE = re.compile(r"-?[0-9]{1,12}")
 
 
 def apply_setting(path: str, source: str, values: Mapping[str, int], kernel: str | None = None,
-                  block: tuple[str, ...] | None = None, *, lineage: bool = False) -> str:  # fmt: skip
+                  block: tuple[str, ...] | None = None, *, lineage: bool = False) -> str:
     """``source`` (the file ``path``) with each knob named in ``values`` (knob name -> value) set.
 
     ``kernel`` and ``block`` are the target's raw-kernel launch (CUDA launch bounds need them).

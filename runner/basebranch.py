@@ -46,14 +46,14 @@ class BaseComparison:
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "speedup_vs_head": self.speedup, "low": self.low, "high": self.high,
                 "verdict": self.verdict, "per_workload": list(self.per_workload), "head_drift": self.head_drift,
-                "measured": "side by side: head, base, head"}  # fmt: skip
+                "measured": "side by side: head, base, head"}
 
 
 def verdict(ratios: Sequence[float], gamma: float) -> str:
     """Head ms / base ms per workload -> 'slower' (the pull request's kernel, by the margin on every
     workload), 'faster', or 'on par'."""
     return ("slower" if all(r >= gamma for r in ratios) else "faster" if all(r <= 1 / gamma for r in ratios)
-            else "on par")  # fmt: skip
+            else "on par")
 
 
 def _timing(o: Outcome, uuid: str) -> Any:
@@ -61,7 +61,7 @@ def _timing(o: Outcome, uuid: str) -> Any:
 
 
 def compare(head: Outcome, base: Outcome, head_again: Outcome, workloads: Sequence[Workload],
-            gamma: float) -> BaseComparison:  # fmt: skip
+            gamma: float) -> BaseComparison:
     """Pure: the three outcomes of an interleaved measurement -> the comparison."""
     failed = next((o for o in (head, head_again) if not o.passed), None)
     if failed is not None or not base.passed:
@@ -82,7 +82,7 @@ def compare(head: Outcome, base: Outcome, head_again: Outcome, workloads: Sequen
         rows.append({"uuid": w.uuid, "axes": dict(w.axes), "head_ms": h_ms, "head_medians_ms": [h1.median_ms, h2.median_ms],
                      "head_p10_ms": min(h1.p10_ms, h2.p10_ms), "head_p90_ms": max(h1.p90_ms, h2.p90_ms),
                      "base_ms": b.median_ms, "base_p10_ms": b.p10_ms, "base_p90_ms": b.p90_ms,
-                     "ratio": ratio, "low": lo, "high": hi})  # fmt: skip
+                     "ratio": ratio, "low": lo, "high": hi})
     mean = lambda xs: math.exp(sum(xs) / len(xs))  # noqa: E731
     return BaseComparison("PASSED", mean(logs), mean(lows), mean(highs), verdict([r["ratio"] for r in rows], gamma),
-                          tuple(rows), drift)  # fmt: skip
+                          tuple(rows), drift)

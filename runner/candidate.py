@@ -40,12 +40,12 @@ class Candidate:
 
     def to_json(self) -> dict[str, Any]:
         return {"solution": self.solution.to_json(), "parent": self.parent, "mode": self.mode,
-                "note": self.note, "params": dict(self.params)}  # fmt: skip
+                "note": self.note, "params": dict(self.params)}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Candidate:
         return Candidate(Solution.from_json(d["solution"]), d.get("parent"), d["mode"], d.get("note", ""),
-                         d.get("params") or {})  # fmt: skip
+                         d.get("params") or {})
 
 
 def _normalized(path: str, content: str) -> str:

@@ -23,14 +23,14 @@ def _relative(path: str) -> PurePosixPath:
     p = PurePosixPath(path)
     if not path or p.is_absolute() or any(part in ("..", "") for part in p.parts) or str(p) == ".":
         raise CheckoutError(f"{path!r}: not a path inside the repository; name the kernel's files relative "
-                            "to the repository root, without '..'")  # fmt: skip
+                            "to the repository root, without '..'")
     return p
 
 
 def _git(checkout: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     # No hooks, no fsmonitor, no external diff or filter of the checkout's own config can run here.
     return subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C", str(checkout),
-                           *args], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+                           *args], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
 def _in_git(checkout: Path) -> bool:
@@ -52,15 +52,15 @@ def read_source(checkout: Path, path: str) -> str:
     entry = listing.stdout.split(b"\0")[0].decode(errors="replace")
     if not entry:
         raise CheckoutError(f"{rel}: not a file of the commit (missing, or a folder on its way is a symlink); "
-                            "commit the kernel's source files themselves")  # fmt: skip
+                            "commit the kernel's source files themselves")
     meta, _, _name = entry.partition("\t")
     mode, kind, sha = meta.split()
     if mode == "120000":
         raise CheckoutError(f"{rel} is a symbolic link in the commit; kernelpro reads no file through a link. "
-                            "Commit the kernel's source itself at that path")  # fmt: skip
+                            "Commit the kernel's source itself at that path")
     if kind == "commit":
         raise CheckoutError(f"{rel} is a git submodule; kernelpro reads sources of the repository itself only. "
-                            "Copy the kernel into the repository or point .kernelpro.yml at a file in it")  # fmt: skip
+                            "Copy the kernel into the repository or point .kernelpro.yml at a file in it")
     if kind != "blob":
         raise CheckoutError(f"{rel} is a {kind}, not a file; name the kernel's source files in .kernelpro.yml")
     blob = _git(checkout, "cat-file", "blob", sha)
@@ -91,7 +91,7 @@ def _read_plain(root: Path, rel: PurePosixPath) -> str:
             except OSError as e:
                 what = "a symbolic link" if os.path.islink(root.joinpath(*rel.parts[: i + 1])) else e.strerror
                 raise CheckoutError(f"{rel}: cannot read {'/'.join(rel.parts[: i + 1])} ({what}); kernelpro reads "
-                                    "no file through a link. Put the kernel's source itself there") from None  # fmt: skip
+                                    "no file through a link. Put the kernel's source itself there") from None
             os.close(fd)
             fd = nxt
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -34,7 +34,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def compare(name: str, dtype: str, got: Any, want: Any, atol: float, rtol: float,
-            want64: Any = None) -> tuple[str | None, dict[str, Any]]:  # fmt: skip
+            want64: Any = None) -> tuple[str | None, dict[str, Any]]:
     """(None or the failing status, statistics). ``want`` is the reference output, ``want64`` the
     float64 reference's when there is one."""
     if isinstance(got, dict) and "not_a_tensor" in got:
@@ -49,7 +49,7 @@ def compare(name: str, dtype: str, got: Any, want: Any, atol: float, rtol: float
         return "INCORRECT_DTYPE", {"output": name, "got": str(got.dtype), "want": dtype}
     if not got.is_contiguous():
         return "INCORRECT_SHAPE", {"output": name, "reason": "not contiguous", "stride": list(got.stride()),
-                                   "want_stride": list(torch.empty(want.shape).stride())}  # fmt: skip
+                                   "want_stride": list(torch.empty(want.shape).stride())}
     if not got.dtype.is_floating_point:
         g, w = got.to(torch.int64), want.to(torch.int64)
         bad = int((g != w).sum())
@@ -103,7 +103,7 @@ def _all_finite_stats(g: torch.Tensor, w: torch.Tensor, atol: float, rtol: float
         "max_rel": float(b.max()) if b.numel() else 0.0,
         "rel_l2": dn / wn if wn > 0 else (0.0 if dn == 0 else math.inf),
         "mismatches": mismatches, "wn": wn, "gn": gn,
-    }  # fmt: skip
+    }
 
 
 def _stats(g: torch.Tensor, w: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
@@ -125,4 +125,4 @@ def _stats(g: torch.Tensor, w: torch.Tensor, atol: float, rtol: float) -> dict[s
         "rel_l2": dn / max(wn, 1e-30) if wn > 0 else (0.0 if dn == 0 else math.inf),
         "mismatches": mismatches, "wn": wn, "gn": gn,
         "nonfinite": int((finite_ref & ~torch.isfinite(g)).sum()),
-    }  # fmt: skip
+    }

@@ -34,10 +34,10 @@ TARGET_KEYS = (
     "name", "files", "sources", "language", "entry_point", "destination_passing_style",
     "definition", "workloads", "cpu_workloads", "tolerances", "budget", "flops", "bytes", "launch",
     "binding", "returns", "in_place", "guard_shapes", "python_path",
-)  # fmt: skip
+)
 REQUIRED_TARGET_KEYS = ("name", "files", "language", "entry_point", "definition", "workloads")
 DEFINITION_KEYS = ("name", "op_type", "axes", "inputs", "outputs", "reference", "tags",
-                   "description", "constraints")  # fmt: skip
+                   "description", "constraints")
 WORKLOAD_KEYS = ("axes", "inputs", "uuid")
 TOLERANCE_KEYS = ("atol", "rtol")
 BUDGET_KEYS = ("evaluations", "minutes", "timeout_s")
@@ -193,7 +193,7 @@ class _Parser:
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                     if k.value in first:
                         self.err(k, k.value, f"duplicate key (first at line {first[k.value].start_mark.line + 1})",
-                                 "keep only one of them")  # fmt: skip
+                                 "keep only one of them")
                     first.setdefault(k.value, k)
                 self.check_duplicates(v, seen)
         elif isinstance(node, yaml.SequenceNode):
@@ -201,10 +201,10 @@ class _Parser:
                 self.check_duplicates(v, seen)
 
     def mapping(self, node: yaml.Node, where: str, allowed: Sequence[str], required: Sequence[str] = (),
-                what: str = "a mapping") -> dict[str, tuple[yaml.Node, yaml.Node]] | None:  # fmt: skip
+                what: str = "a mapping") -> dict[str, tuple[yaml.Node, yaml.Node]] | None:
         if not isinstance(node, yaml.MappingNode):
             self.err(node, where, f"expected {what}, got {self.value(node)!r}",
-                     f"make it a mapping (key: value lines) with the keys {_fmt(allowed)}")  # fmt: skip
+                     f"make it a mapping (key: value lines) with the keys {_fmt(allowed)}")
             return None
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         guessed = set()
@@ -216,7 +216,7 @@ class _Parser:
             guessed.update(close)
             hint = f"rename it to '{close[0]}'" if close else "remove it"
             self.err(kn, f"{where}.{key}" if where else key, f"unknown key '{key}'",
-                     f"{hint} (allowed keys: {_fmt(allowed)})")  # fmt: skip
+                     f"{hint} (allowed keys: {_fmt(allowed)})")
         for key in required:
             if key not in out and key not in guessed:
                 self.err(node, where, f"'{key}' is required", _FIX.get(key, f"add '{key}'"))
@@ -238,7 +238,7 @@ class _Parser:
         if x is None or x != x or x < 0 or (positive and x == 0):
             need = "a positive number" if positive else "a non-negative number"
             self.err(node, where, f"expected {need}, got {v!r}", f"write {need}, e.g. {where.rsplit('.', 1)[-1]}: 1.0e-5"
-                     if not positive else f"write {need}, e.g. {where.rsplit('.', 1)[-1]}: 10")  # fmt: skip
+                     if not positive else f"write {need}, e.g. {where.rsplit('.', 1)[-1]}: 10")
             return None
         return x
 
@@ -247,11 +247,11 @@ class _Parser:
         p = PurePosixPath(_norm(text))
         if p.is_absolute() or PureWindowsPath(text).drive or ".." in p.parts:
             self.err(node, where, f"'{text}' must be relative to the repository root and must not use '..'",
-                     "write the path from the repository root, e.g. kernels/my_kernel.py")  # fmt: skip
+                     "write the path from the repository root, e.g. kernels/my_kernel.py")
             return False
         if not glob and _GLOB_CHARS & set(text):
             self.err(node, where, f"'{text}' is a glob, but exact file paths are needed here",
-                     "list the files one by one")  # fmt: skip
+                     "list the files one by one")
             return False
         return True
 
@@ -262,11 +262,11 @@ class _Parser:
         full = (root / p).resolve()
         if p.is_absolute() or PureWindowsPath(text).drive or not full.is_relative_to(root):
             self.err(node, where, f"'{text}' points outside the repository",
-                     "use a path relative to the repository root that stays inside it")  # fmt: skip
+                     "use a path relative to the repository root that stays inside it")
             return None
         if not full.is_file():
             self.err(node, where, f"file '{text}' not found in the repository",
-                     f"create it, or fix the path (relative to {self.repo_root})")  # fmt: skip
+                     f"create it, or fix the path (relative to {self.repo_root})")
             return None
         return full
 
@@ -321,7 +321,7 @@ class _Parser:
             else:
                 self.err(en, "energy", f"{v!r} is not one of {_fmt(ENERGY_MODES)}",
                          "set `energy: passive` to measure and report energy, `energy: active` to also prefer the "
-                         "cheaper of equally fast kernels, or `energy: off`")  # fmt: skip
+                         "cheaper of equally fast kernels, or `energy: off`")
         if "targets" not in top:
             return version, []
         tn = top["targets"][1]
@@ -356,10 +356,10 @@ class _Parser:
             name = self.string(*a, _FIX["name"])
             if name is not None and not _NAME_RE.fullmatch(name):
                 self.err(a[0], a[1], f"{name!r} may only use letters, digits, '_', '.' and '-'",
-                         f"rename it, e.g. {re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}")  # fmt: skip
+                         f"rename it, e.g. {re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}")
             elif name is not None and name in names:
                 self.err(a[0], a[1], f"duplicate target name {name!r} (first at line {names[name]})",
-                         "give each target a unique name")  # fmt: skip
+                         "give each target a unique name")
             elif name is not None:
                 names[name] = a[0].start_mark.line + 1
                 f["name"] = name
@@ -375,7 +375,7 @@ class _Parser:
                 f["language"] = lang
             else:
                 self.err(a[0], a[1], f"{lang!r} is not one of {_fmt(CONFIG_LANGUAGES)}",
-                         f"set language to one of {_fmt(CONFIG_LANGUAGES)}")  # fmt: skip
+                         f"set language to one of {_fmt(CONFIG_LANGUAGES)}")
         entry_file = None
         if a := at("entry_point"):
             ep = self.string(*a, _FIX["entry_point"])
@@ -388,7 +388,7 @@ class _Parser:
                 or not all(s.isidentifier() for s in parts[1].split("."))
             ):
                 self.err(a[0], a[1], f"{ep!r} is not 'path::symbol'",
-                         "write it as path/to/file.py::function_name")  # fmt: skip
+                         "write it as path/to/file.py::function_name")
             elif self.rel_path(a[0], a[1], parts[0]):
                 entry_file = _norm(parts[0])
                 f["entry_point"] = f"{entry_file}::{parts[1]}"
@@ -399,7 +399,7 @@ class _Parser:
                 if entry_file is not None and entry_file not in sources:
                     self.err(m["entry_point"][1], f"{where}.entry_point",
                              f"entry file '{entry_file}' is not one of the sources ({_fmt(sources)})",
-                             f"add '{entry_file}' to sources, or point entry_point at one of them")  # fmt: skip
+                             f"add '{entry_file}' to sources, or point entry_point at one of them")
                 f["files"] = tuple(sources)
         elif entry_file is not None:
             literal = [g for g in globs if not _GLOB_CHARS & set(g) and not g.endswith("/")]
@@ -410,7 +410,7 @@ class _Parser:
                 f["destination_passing_style"] = dps
             else:
                 self.err(a[0], a[1], f"expected true or false, got {dps!r}",
-                         "set destination_passing_style: true (outputs passed as trailing arguments) or false")  # fmt: skip
+                         "set destination_passing_style: true (outputs passed as trailing arguments) or false")
         defn = None
         if a := at("definition"):
             defn = self.definition(*a, f.get("name") or "kernel")
@@ -427,10 +427,10 @@ class _Parser:
             if binding != "torch" or f.get("language") != "cuda":
                 self.err(a[0], a[1], f"binding {binding!r} is not supported here; `binding: torch` is for a cuda "
                          "target whose sources bind their function with PYBIND11_MODULE or TORCH_LIBRARY",
-                         "write binding: torch with language: cuda, or remove binding")  # fmt: skip
+                         "write binding: torch with language: cuda, or remove binding")
             elif "launch" in m:
                 self.err(a[0], a[1], "a torch-extension target calls its own wrapper; 'launch' is for raw kernels",
-                         "keep either binding: torch or launch")  # fmt: skip
+                         "keep either binding: torch or launch")
             else:
                 f["binding"] = binding
         if a := at("launch"):
@@ -440,21 +440,21 @@ class _Parser:
             self.err(node, where, "a cuda target needs 'launch': how to call its kernel",
                      'add launch: {grid: ["cdiv(M * N, BLOCK_SIZE)"], block: [BLOCK_SIZE], '
                      'args: ["const float* x", "float* y", "int n = M * N"]}, or binding: torch when the '
-                     "sources wrap the kernel in a torch extension")  # fmt: skip
+                     "sources wrap the kernel in a torch extension")
         if f.get("language") == "cuda" and "binding" in f:
             if entry_file is not None and not entry_file.endswith((".cu", ".cpp", ".cc", ".cxx")):
                 self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu or .cpp file",
                          "write entry_point: path/to/ext.cu::function (the name PYBIND11_MODULE defines, or "
-                         "namespace.op for TORCH_LIBRARY)")  # fmt: skip
+                         "namespace.op for TORCH_LIBRARY)")
         elif f.get("language") == "cuda":
             if f.get("destination_passing_style") is False:
                 self.err(m["destination_passing_style"][1], f"{where}.destination_passing_style",
                          "a raw CUDA kernel writes its outputs through pointers the harness allocates",
-                         "remove destination_passing_style (it is always true for cuda targets)")  # fmt: skip
+                         "remove destination_passing_style (it is always true for cuda targets)")
             f["destination_passing_style"] = True
             if entry_file is not None and not entry_file.endswith((".cu", ".cuh")):
                 self.err(m["entry_point"][1], f"{where}.entry_point", f"'{entry_file}' is not a .cu file",
-                         "write entry_point: path/to/kernel.cu::kernel_symbol (the extern \"C\" __global__ name)")  # fmt: skip
+                         "write entry_point: path/to/kernel.cu::kernel_symbol (the extern \"C\" __global__ name)")
         if defn is not None and ("returns" in m or "in_place" in m):
             self.outputs_from(m, where, defn, f)
         if (a := at("guard_shapes")) and defn is not None:
@@ -487,7 +487,7 @@ class _Parser:
         if a := at("python_path"):
             self.python_path(*a, f)
         if len(self.errors) > n_errors or not all(k in f for k in ("name", "files", "entry_point",
-                                                                     "language", "definition", "workloads")):  # fmt: skip
+                                                                     "language", "definition", "workloads")):
             return None
         return Target(**f)
 
@@ -507,18 +507,18 @@ class _Parser:
             full = (self.repo_root / rel).resolve()
             if not full.is_relative_to(self.repo_root.resolve()) or not full.is_dir():
                 self.err(n, w, f"'{text}' is not a folder of the repository",
-                         f"{fix}; '.' is the repository root")  # fmt: skip
+                         f"{fix}; '.' is the repository root")
                 continue
             out.append("" if rel == "." else rel)
         files = [x for x in f.get("files", ()) if x.endswith(".py")]
         for r in out:
             if files and not any(r == "" or x.startswith(r + "/") for x in files):
                 self.err(node, where, f"no Python file of the target is under '{r or '.'}' ({_fmt(files)})",
-                         "name the folder that holds the target's package, e.g. src for src/pkg/module.py")  # fmt: skip
+                         "name the folder that holds the target's package, e.g. src for src/pkg/module.py")
         f["python_path"] = tuple(dict.fromkeys(out))
 
     def outputs_from(self, m: dict[str, tuple[yaml.Node, yaml.Node]], where: str, defn: Definition,
-                     f: dict[str, Any]) -> None:  # fmt: skip
+                     f: dict[str, Any]) -> None:
         """``in_place: {OUTPUT: INPUT}`` and ``returns:`` (a list, one entry per other output in the
         definition's order, or ``{OUTPUT: where}``; where = an index into the returned tuple, or a key
         or attribute name) into f's in_place and returns."""
@@ -526,7 +526,7 @@ class _Parser:
             key = "returns" if "returns" in m else "in_place"
             self.err(m[key][0], f"{where}.{key}", f"'{key}' describes an entry point that returns its outputs, but "
                      "this one takes them as trailing arguments (destination_passing_style)",
-                     f"remove '{key}', or set destination_passing_style: false")  # fmt: skip
+                     f"remove '{key}', or set destination_passing_style: false")
             return
         pairs: dict[str, str] = {}
         if "in_place" in m:
@@ -538,11 +538,11 @@ class _Parser:
                 if spec is None or spec.shape is None:
                     tensors = [n for n, t in defn.inputs.items() if t.shape is not None]
                     self.err(vn, f"{w}.{out}", f"{inp!r} is not a tensor input of the definition",
-                             f"name the input that {out} is written into, one of {_fmt(tensors)}")  # fmt: skip
+                             f"name the input that {out} is written into, one of {_fmt(tensors)}")
                 elif (spec.shape, spec.dtype) != (o.shape, o.dtype):
                     self.err(vn, f"{w}.{out}", f"output {out} ({o.dtype} [{_fmt(o.shape or [])}]) cannot be written "
                              f"into input {inp} ({spec.dtype} [{_fmt(spec.shape)}])",
-                             "give them the same shape and dtype in the definition, or correct the pair")  # fmt: skip
+                             "give them the same shape and dtype in the definition, or correct the pair")
                 else:
                     pairs[out] = inp
             f["in_place"] = tuple(pairs.items())
@@ -556,21 +556,21 @@ class _Parser:
             unknown, missing = [k for k in raw if k not in rest], [o for o in rest if o not in raw]
             if unknown or missing:
                 what = (f"{_fmt(unknown)} {'is' if len(unknown) == 1 else 'are'} not an output returned by the entry point"
-                        if unknown else f"no place given for output(s) {_fmt(missing)}")  # fmt: skip
+                        if unknown else f"no place given for output(s) {_fmt(missing)}")
                 self.err(node, w, what, f"name each output not written in place ({_fmt(rest) or 'none'}) once, e.g. "
-                         f"{example}")  # fmt: skip
+                         f"{example}")
                 return
             places = [raw[o] for o in rest]
         else:
             places = raw if isinstance(raw, list) else [raw]
             if len(places) != len(rest):
                 self.err(node, w, f"{len(places)} place(s) for {len(rest)} returned output(s) ({_fmt(rest) or 'none'})",
-                         f"give one place per output, in the definition's order, e.g. {example}")  # fmt: skip
+                         f"give one place per output, in the definition's order, e.g. {example}")
                 return
         for p in places:
             if isinstance(p, bool) or not (isinstance(p, int) and p >= 0 or isinstance(p, str) and p.isidentifier()):
                 self.err(node, w, f"{p!r} is neither an index (0, 1, ...) nor a name",
-                         f"write an index into the returned tuple or the key/attribute holding the output, e.g. {example}")  # fmt: skip
+                         f"write an index into the returned tuple or the key/attribute holding the output, e.g. {example}")
                 return
         f["returns"] = tuple(places)
 
@@ -579,7 +579,7 @@ class _Parser:
         values the gate times besides the guard shapes it derives (runner/guard.py)."""
         raw = self.value(node) if isinstance(node, yaml.ScalarNode) else None
         fix = ("write guard_shapes: false to turn guard shapes off, or a list of axis values such as "
-               f"[{{{', '.join(f'{a}: 3000' for a in defn.var_axes) or 'M: 3000'}}}]")  # fmt: skip
+               f"[{{{', '.join(f'{a}: 3000' for a in defn.var_axes) or 'M: 3000'}}}]")
         if isinstance(node, yaml.ScalarNode):
             if raw is False:
                 f["guard"] = False
@@ -606,7 +606,7 @@ class _Parser:
         names = tuple(defn.outputs) if defn is not None else tuple(
             self.pairs(node) if isinstance(node, yaml.MappingNode) else ())
         tm = self.mapping(node, where, (*TOLERANCE_KEYS, *names),
-                          what="a mapping like {atol: 1.0e-5, rtol: 1.0e-5} (per output: {y: {atol: 1.0e-2}})")  # fmt: skip
+                          what="a mapping like {atol: 1.0e-5, rtol: 1.0e-5} (per output: {y: {atol: 1.0e-2}})")
         if tm is None:
             return None
         n_errors = len(self.errors)
@@ -617,7 +617,7 @@ class _Parser:
                 top[k] = self.number(v, f"{where}.{k}")
                 continue
             om = self.mapping(v, f"{where}.{k}", TOLERANCE_KEYS,
-                              what=f"a mapping like {{atol: 1.0e-2, rtol: 1.0e-2}} for output {k}")  # fmt: skip
+                              what=f"a mapping like {{atol: 1.0e-2, rtol: 1.0e-2}} for output {k}")
             if om is not None:
                 vals = {t: self.number(x, f"{where}.{k}.{t}") for t, (_, x) in om.items()}
                 own[k] = Tolerance(vals.get("atol"), vals.get("rtol"))
@@ -626,10 +626,10 @@ class _Parser:
         return Tolerance(top.get("atol"), top.get("rtol"), tuple(own.items()))
 
     def launch(self, node: yaml.Node, where: str, defn: Definition | None, entry_point: str | None,
-               language: str | None) -> Launch | None:  # fmt: skip
+               language: str | None) -> Launch | None:
         if language is not None and language != "cuda":
             self.err(node, where, f"'launch' describes how to call a raw CUDA kernel, but language is {language}",
-                     "remove launch, or set language: cuda")  # fmt: skip
+                     "remove launch, or set language: cuda")
             return None
         if defn is None or entry_point is None:
             return None
@@ -638,7 +638,7 @@ class _Parser:
             self.value(node), entry_point.split("::")[1], list(defn.inputs), list(defn.outputs),
             {n: t.shape for n, t in tensors.items()}, {n: t.dtype for n, t in tensors.items()},
             {n: int(a.value) for n, a in defn.axes.items() if a.type == "const" and a.value is not None},
-        )  # fmt: skip
+        )
         for p in problems:
             sub, path = node, where
             for step in p.where:
@@ -686,10 +686,10 @@ class _Parser:
                 return Definition.from_json(load_json(full))
             except _FORMAT_ERRORS as e:
                 self.err(node, where, f"'{path}' is not a valid FlashInfer-Trace definition: {e}",
-                         "correct the definition JSON (see flashinfer-bench's Definition schema)")  # fmt: skip
+                         "correct the definition JSON (see flashinfer-bench's Definition schema)")
                 return None
         dm = self.mapping(node, where, DEFINITION_KEYS, ("op_type", "axes", "inputs", "outputs", "reference"),
-                          "a definition path or an inline definition mapping")  # fmt: skip
+                          "a definition path or an inline definition mapping")
         if dm is None or not all(
             k in dm for k in ("op_type", "axes", "inputs", "outputs", "reference")
         ):
@@ -719,7 +719,7 @@ class _Parser:
                     loaded = load_workloads(full)
                 except _FORMAT_ERRORS as e:
                     self.err(item, w, f"'{path}' is not a workload JSONL file: {e}",
-                             "write one FlashInfer-Trace workload (or workload trace) per line")  # fmt: skip
+                             "write one FlashInfer-Trace workload (or workload trace) per line")
                     continue
                 if not loaded:
                     self.err(
@@ -741,7 +741,7 @@ class _Parser:
                 scalars = [n for n, s in defn.inputs.items() if s.shape is None]
                 if scalars:
                     self.err(item, w, f"definition {defn.name} has scalar inputs ({_fmt(scalars)}) that need values",
-                             f"use the full form: {{axes: {{...}}, inputs: {{{scalars[0]}: {{type: scalar, value: 1.0}}}}}}")  # fmt: skip
+                             f"use the full form: {{axes: {{...}}, inputs: {{{scalars[0]}: {{type: scalar, value: 1.0}}}}}}")
                 elif self.check_workload(item, w, defn, axes, None):
                     out.append(Workload.make(defn, axes))
             else:
@@ -754,7 +754,7 @@ class _Parser:
         return out if len(self.errors) == n_errors else None
 
     def full_workload(self, node: yaml.Node, where: str, defn: Definition,
-                      wm: dict[str, tuple[yaml.Node, yaml.Node]]) -> Workload | None:  # fmt: skip
+                      wm: dict[str, tuple[yaml.Node, yaml.Node]]) -> Workload | None:
         axes = self.value(wm["axes"][1])
         if not isinstance(axes, Mapping):
             self.err(
@@ -769,7 +769,7 @@ class _Parser:
             isinstance(v, Mapping) for v in inputs.values()
         ):
             self.err(wm["inputs"][1], f"{where}.inputs", "expected a mapping of input name -> recipe",
-                     "write e.g. inputs: {x: {type: random}, eps: {type: scalar, value: 1.0e-6}}")  # fmt: skip
+                     "write e.g. inputs: {x: {type: random}, eps: {type: scalar, value: 1.0e-6}}")
             return None
         recipes: dict[str, Any] = {}
         for name, spec in defn.inputs.items():
@@ -784,20 +784,20 @@ class _Parser:
             return None
         try:
             return Workload.from_json({"axes": axes, "inputs": recipes,
-                                       "uuid": str(uuid) if uuid else Workload.make(defn, axes).uuid})  # fmt: skip
+                                       "uuid": str(uuid) if uuid else Workload.make(defn, axes).uuid})
         except _FORMAT_ERRORS as e:
             self.err(wm.get("inputs", wm["axes"])[1], where, str(e), "correct the input recipes")
             return None
 
     def check_workload(self, node: yaml.Node, where: str, defn: Definition, axes: Mapping[Any, Any],
-                       inputs: Mapping[str, Any] | None) -> bool:  # fmt: skip
+                       inputs: Mapping[str, Any] | None) -> bool:
         ok = True
         var = defn.var_axes
         for k, v in axes.items():
             if k not in var:
                 kind = "a const axis" if k in defn.axes else "not an axis"
                 self.err(node, where, f"'{k}' is {kind} of definition {defn.name} (its variable axes: {_fmt(var) or 'none'})",
-                         f"remove '{k}'" + (f" or use one of {_fmt(var)}" if var else ""))  # fmt: skip
+                         f"remove '{k}'" + (f" or use one of {_fmt(var)}" if var else ""))
                 ok = False
             elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 self.err(
@@ -809,16 +809,16 @@ class _Parser:
                 ok = False
         if missing := [a for a in var if a not in axes]:
             self.err(node, where, f"no value for variable axes {_fmt(missing)} of definition {defn.name}",
-                     f"add {', '.join(f'{a}: <size>' for a in missing)}")  # fmt: skip
+                     f"add {', '.join(f'{a}: <size>' for a in missing)}")
             ok = False
         if inputs is not None:
             if unknown := [k for k in inputs if k not in defn.inputs]:
                 self.err(node, where, f"inputs {_fmt(unknown)} are not inputs of definition {defn.name} "
-                         f"({_fmt(defn.inputs)})", f"remove {_fmt(unknown)}")  # fmt: skip
+                         f"({_fmt(defn.inputs)})", f"remove {_fmt(unknown)}")
                 ok = False
             if missing := [k for k in defn.inputs if not inputs.get(k)]:
                 self.err(node, where, f"no recipe for inputs {_fmt(missing)}",
-                         f"add e.g. {missing[0]}: {{type: scalar, value: 1.0}} under inputs")  # fmt: skip
+                         f"add e.g. {missing[0]}: {{type: scalar, value: 1.0}} under inputs")
                 ok = False
         return ok
 
@@ -839,20 +839,20 @@ class _Parser:
             )
             return None
         allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call,
-                   ast.operator, ast.unaryop)  # fmt: skip
+                   ast.operator, ast.unaryop)
         axes = set(defn.axes) if defn is not None else None
         for n in ast.walk(tree):
             if not isinstance(n, allowed) or (
                 isinstance(n, ast.Constant) and not isinstance(n.value, (int, float))
             ):
                 self.err(node, where, f"{text!r} may only use numbers, axis names, + - * / // % ** and "
-                         f"{_fmt(FORMULA_FUNCTIONS)}", 'write e.g. "2*M*N*K"')  # fmt: skip
+                         f"{_fmt(FORMULA_FUNCTIONS)}", 'write e.g. "2*M*N*K"')
                 return None
             if isinstance(n, ast.Call) and not (
                 isinstance(n.func, ast.Name) and n.func.id in FORMULA_FUNCTIONS
             ):
                 self.err(node, where, f"{text!r} calls something other than {_fmt(FORMULA_FUNCTIONS)}",
-                         'write e.g. "2*M*N*K"')  # fmt: skip
+                         'write e.g. "2*M*N*K"')
                 return None
             if (
                 isinstance(n, ast.Name)
@@ -861,7 +861,7 @@ class _Parser:
                 and n.id not in axes
             ):
                 self.err(node, where, f"'{n.id}' in {text!r} is not an axis of the definition ({_fmt(sorted(axes))})",
-                         "use only the definition's axis names")  # fmt: skip
+                         "use only the definition's axis names")
                 return None
         return text
 
@@ -880,10 +880,10 @@ def parse_config(text: str, filename: str, repo_root: Path) -> Config:
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         what = _clean(": ".join(x for x in (e.context, e.problem) if x)) or "syntax error"
         raise ConfigError(f"{filename}:{line}:{col}: not valid YAML ({what}). Fix: check the indentation, "
-                          f"colons and quoting at line {line}, column {col}.") from None  # fmt: skip
+                          f"colons and quoting at line {line}, column {col}.") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{filename}:1: not valid YAML ({_clean(str(e))}). Fix: save the file as "
-                          "UTF-8 text in YAML syntax.") from None  # fmt: skip
+                          "UTF-8 text in YAML syntax.") from None
     try:
         version, targets = p.document(root)
     except yaml.MarkedYAMLError as e:
@@ -893,7 +893,7 @@ def parse_config(text: str, filename: str, repo_root: Path) -> Config:
         raise ConfigError(msg for _, msg in sorted(p.errors, key=lambda e: e[0]))
     path = Path(filename)
     return Config(path=path if path.is_absolute() else Path(repo_root) / path, version=version,
-                  targets=tuple(targets), tools=tuple(p.tools), energy=p.energy)  # fmt: skip
+                  targets=tuple(targets), tools=tuple(p.tools), energy=p.energy)
 
 
 def load_config(path: Path, repo_root: Path | None = None) -> Config:

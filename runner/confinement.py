@@ -59,7 +59,7 @@ _ALLOW_UNCONFINED = [False]
 SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev")
 # Character devices a process may open for writing: the null devices and the GPU's.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
-            "/dev/nvidia-caps/*", "/dev/dri/*")  # fmt: skip
+            "/dev/nvidia-caps/*", "/dev/dri/*")
 
 
 class ConfinementError(OSError):
@@ -82,7 +82,7 @@ class Policy:
 
     def to_json(self) -> str:
         return json.dumps({"readable": self.readable, "writable": self.writable, "devices": self.devices,
-                           "proc": self.proc})  # fmt: skip
+                           "proc": self.proc})
 
     @staticmethod
     def from_json(text: str) -> Policy:
@@ -124,12 +124,12 @@ def available(pid_namespace: bool) -> Availability:
     parts = []
     if abi:
         parts.append(f"Landlock ABI {abi} (read-only world except the work directory, no access to other "
-                     f"processes{', no TCP' if abi >= 4 else ''}{', signals scoped' if abi >= 6 else ''})")  # fmt: skip
+                     f"processes{', no TCP' if abi >= 4 else ''}{', signals scoped' if abi >= 6 else ''})")
     else:
         parts.append("no Landlock (kernel < 5.13 or not in the boot's lsm= list): files are NOT confined")
     parts.append("pid namespace" if pid_namespace else
                  ("subreaper supervisor" if abi >= 6 else "no pid namespace and no Landlock signal scoping: "
-                  "a candidate's daemons can outlive it"))  # fmt: skip
+                  "a candidate's daemons can outlive it"))
     ok = abi >= 1 and (pid_namespace or abi >= 6)
     return Availability(abi, pid_namespace, ok, " + ".join(parts))
 
@@ -146,7 +146,7 @@ def unconfined_allowed() -> bool:
 REFUSAL = ("candidates were not run: {why}. Fix: run on a kernel with Landlock enabled (Linux >= 5.13 with "
            "landlock in /sys/kernel/security/lsm; >= 6.12 or unprivileged user namespaces for process "
            "confinement), see docs/github.md 'Runner hardening'; or accept the risk with --allow-unconfined "
-           "(KERNELPRO_ALLOW_UNCONFINED=1): a pull request's code then runs with the runner user's rights")  # fmt: skip
+           "(KERNELPRO_ALLOW_UNCONFINED=1): a pull request's code then runs with the runner user's rights")
 
 
 def _existing(paths: Iterable[str | os.PathLike[str] | None]) -> list[str]:
@@ -177,7 +177,7 @@ def _installation() -> list[str]:
 
 
 def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence[str | os.PathLike[str]] = (),
-           tools: Sequence[str] = ()) -> Policy:  # fmt: skip
+           tools: Sequence[str] = ()) -> Policy:
     """The policy of a candidate whose own directories are ``writable`` (made here if missing: the
     candidate could not make them itself); ``tools``: programs it runs under (ncu), whose folders
     it may read wherever they are installed."""
@@ -190,12 +190,12 @@ def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence
     devices = [d for pat in _DEVICES for d in glob.glob(pat)]
     homes = [os.path.dirname(os.path.realpath(shutil.which(t) or t)) for t in tools]
     return Policy(tuple(_existing([*SYSTEM_READABLE, *_installation(), *readable, *homes])),
-                  tuple(_existing(writable)), tuple(_existing(devices)))  # fmt: skip
+                  tuple(_existing(writable)), tuple(_existing(devices)))
 
 
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]  # fmt: skip
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -226,7 +226,7 @@ def restrict(p: Policy) -> int:
         # then confines itself again (command()).
         procs = ("/proc",) if p.proc else ("/proc/self/task",)
         for rights, paths in ((_READ, p.readable), (fs, p.writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices),
-                              (_WRITE_FILE | _READ_FILE | _READ_DIR | (_TRUNCATE & fs), procs)):  # fmt: skip
+                              (_WRITE_FILE | _READ_FILE | _READ_DIR | (_TRUNCATE & fs), procs)):
             for path in paths:
                 try:
                     pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -236,7 +236,7 @@ def restrict(p: Policy) -> int:
                     allowed = rights if os.path.isdir(path) else rights & file_rights
                     rule = _PathBeneath(allowed, pfd)
                     if libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(_PATH_BENEATH),
-                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:  # fmt: skip
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
                         raise ConfinementError(ctypes.get_errno(), f"landlock_add_rule {path} failed")
                 finally:
                     os.close(pfd)
@@ -369,7 +369,7 @@ _RUN_MODULE = ("import sys\nfrom kernelpro.runner.confinement import enter\nente
 # The supervisor's interpreter imports this file alone, not kernelpro's packages (-I -S: no site,
 # no user paths, nothing from the current directory).
 _BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('kp_confinement', " + repr(__file__) +
-         "); m = sys.modules['kp_confinement'] = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")  # fmt: skip
+         "); m = sys.modules['kp_confinement'] = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")
 
 
 def main(args: Sequence[str]) -> None:
@@ -419,4 +419,4 @@ def run_tool(argv: Sequence[str], read: Sequence[str | os.PathLike[str]], timeou
         env = scrubbed_env({"TMPDIR": scratch, "HOME": scratch})
         cmd = command(argv, policy([scratch], read)) if landlock_abi() else list(argv)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=scratch,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+                              stdin=subprocess.DEVNULL)

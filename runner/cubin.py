@@ -112,7 +112,7 @@ def default_arch() -> str:
         gpu = first_visible_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"))
         with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
             p = subprocess.run([smi, *(["-i", gpu] if gpu else []), "--query-gpu=compute_cap", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=30, env=_env(None))  # fmt: skip
+                               capture_output=True, text=True, timeout=30, env=_env(None))
             first = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
             if re.fullmatch(r"[0-9]+\.[0-9]+", first.strip()):
                 major, minor = first.strip().split(".")
@@ -136,7 +136,7 @@ def _env(work: Path | None) -> dict[str, str]:
 def _key(sources: Mapping[str, str], entry: str, arch: str, flags: Sequence[str], version: str) -> str:
     h = hashlib.sha256()
     for part in ("kernelpro-cubin-1", version, arch, entry, *flags,
-                 *(p for path in sorted(sources) for p in (path, sources[path]))):  # fmt: skip
+                 *(p for path in sorted(sources) for p in (path, sources[path]))):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -180,11 +180,11 @@ def _cached(entry_dir: Path, key: str, t0: float) -> Build | None:
     if d.get("status") == "OK" and not cubin.is_file():
         return None
     return Build(d["status"], cubin if d["status"] == "OK" else None, d.get("log", ""), time.perf_counter() - t0,
-                 True, key)  # fmt: skip
+                 True, key)
 
 
 def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, flags: Sequence[str] = DEFAULT_FLAGS,
-          nvcc: str | None = None, timeout_s: float = 300.0, compiler: str = "nvcc") -> Build:  # fmt: skip
+          nvcc: str | None = None, timeout_s: float = 300.0, compiler: str = "nvcc") -> Build:
     """Compile ``entry`` (a path in ``sources``) to a cubin for ``arch`` (e.g. 'sm_90a'), or return
     the cached result of an identical earlier build. ``compiler``: 'nvcc' (a subprocess), 'nvrtc'
     (in this process: only inside a sandboxed child) or 'auto' (nvcc, else NVRTC)."""
@@ -199,7 +199,7 @@ def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, fla
     if tool is None:
         return Build("COMPILE_ERROR", None, "nvcc not found: install the CUDA toolkit (nvcc) or set CUDA_HOME"
                      + (", or install NVRTC (the nvidia-cuda-nvrtc wheel)" if compiler != "nvcc" else ""),
-                     time.perf_counter() - t0, False, "")  # fmt: skip
+                     time.perf_counter() - t0, False, "")
     if not re.fullmatch(r"sm_[0-9]+[af]?", arch):
         raise ValueError(f"architecture {arch!r} is not like sm_90a")
     if entry not in sources:
@@ -221,7 +221,7 @@ def build(sources: Mapping[str, str], entry: str, cache: Path, *, arch: str, fla
 
 
 def _compile(sources: Mapping[str, str], entry: str, entry_dir: Path, arch: str, flags: Sequence[str], tool: str,
-             timeout_s: float, key: str, t0: float) -> Build:  # fmt: skip
+             timeout_s: float, key: str, t0: float) -> Build:
     entry_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=entry_dir.parent) as tmp:
         work = Path(tmp)
@@ -236,7 +236,7 @@ def _compile(sources: Mapping[str, str], entry: str, entry_dir: Path, arch: str,
 
             image, log, source_fault = compile_cubin(tool.removeprefix("nvrtc:"), sources[entry], entry, arch,
                                                      [(src / PurePosixPath(entry)).parent, src, *_toolkit_includes()],
-                                                     flags)  # fmt: skip
+                                                     flags)
             if image is None and not source_fault:  # NVRTC itself failed: not cached, not the source's fault
                 return Build("COMPILE_ERROR", None, log[-_LOG_TAIL:], time.perf_counter() - t0, False, key)
             if image is not None:
@@ -244,21 +244,21 @@ def _compile(sources: Mapping[str, str], entry: str, entry_dir: Path, arch: str,
             return _store(entry_dir, work, out, image is not None, log, ["nvrtc", *flags], key, t0)
         number = arch.removeprefix("sm_")
         cmd = [tool, "-cubin", f"-gencode=arch=compute_{number},code=sm_{number}", *flags,
-               "-I", str((src / PurePosixPath(entry)).parent), "-I", str(src), "-o", str(out), str(src / entry)]  # fmt: skip
+               "-I", str((src / PurePosixPath(entry)).parent), "-I", str(src), "-o", str(out), str(src / entry)]
         # The source is a candidate's: nvcc reads the system and the toolkit, writes only its folder (an
         # #include of a secret file, or of /proc/self/environ, finds nothing to print).
         run = confinement.command(cmd, confinement.policy([work])) if confinement.landlock_abi() else cmd
         try:
             p = subprocess.run(run, cwd=src, env=_env(work), capture_output=True, text=True, timeout=timeout_s,
-                               stdin=subprocess.DEVNULL)  # fmt: skip
+                               stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             # Not cached: a loaded machine may finish it next time.
             return Build("COMPILE_ERROR", None, f"nvcc did not finish within {timeout_s:.0f} s",
-                         time.perf_counter() - t0, False, key)  # fmt: skip
+                         time.perf_counter() - t0, False, key)
         log = (p.stdout + p.stderr).replace(str(src) + "/", "")
         if p.returncode < 0:  # killed by a signal (out of memory, say): not the source's fault
             return Build("COMPILE_ERROR", None, f"nvcc was killed (signal {-p.returncode})\n{log[-_LOG_TAIL:]}",
-                         time.perf_counter() - t0, False, key)  # fmt: skip
+                         time.perf_counter() - t0, False, key)
         return _store(entry_dir, work, out, p.returncode == 0 and out.is_file(), log, cmd[1:-1], key, t0)
 
 
@@ -269,7 +269,7 @@ def _toolkit_includes() -> list[Path]:
 
 
 def _store(entry_dir: Path, work: Path, out: Path, ok: bool, log: str, command: list[str], key: str,
-           t0: float) -> Build:  # fmt: skip
+           t0: float) -> Build:
     """Move a finished build (success or compile error) into the cache, atomically."""
     src = work / "src"
     log = log.replace(str(src) + "/", "")
@@ -279,12 +279,12 @@ def _store(entry_dir: Path, work: Path, out: Path, ok: bool, log: str, command: 
     if ok:
         out.replace(staged / CUBIN_NAME)
     (staged / "build.json").write_text(json.dumps({"status": "OK" if ok else "COMPILE_ERROR", "log": log,
-                                                  "command": command, "seconds": time.perf_counter() - t0}))  # fmt: skip
+                                                  "command": command, "seconds": time.perf_counter() - t0}))
     if entry_dir.exists():  # a stale, incomplete entry (a killed build); ours replaces it
         shutil.rmtree(entry_dir, ignore_errors=True)
     staged.replace(entry_dir)
     return Build("OK" if ok else "COMPILE_ERROR", entry_dir / CUBIN_NAME if ok else None, log,
-                 time.perf_counter() - t0, False, key)  # fmt: skip
+                 time.perf_counter() - t0, False, key)
 
 
 def _sources_of(solution: Any) -> tuple[dict[str, str], str]:
@@ -308,7 +308,7 @@ def _is_cuda(solution: Any) -> bool:
 
 
 def prebuild(solutions: Sequence[Any], cache: Path, *, arch: str | None = None,
-             workers: int | None = None) -> list[Build]:  # fmt: skip
+             workers: int | None = None) -> list[Build]:
     """Build the CUDA solutions among ``solutions`` in parallel (one nvcc per CPU core) and wait;
     the harness child then finds each cubin in the cache. Other languages are skipped."""
     cuda = [s for s in solutions if _is_cuda(s)]

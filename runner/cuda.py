@@ -55,7 +55,7 @@ def kernel_callable(solution: Mapping[str, Any], cache: Path) -> Callable[..., A
             raise BuildFailure(e.status, e.log) from None
     if spec.get("launch") is None:
         raise BuildFailure("COMPILE_ERROR", "a cuda solution needs spec.launch (grid, block, args): raw kernels "
-                           "are launched from the target's description; add `launch:` to the target in .kernelpro.yml")  # fmt: skip
+                           "are launched from the target's description; add `launch:` to the target in .kernelpro.yml")
     try:
         launch = Launch.from_json(spec["launch"])
     except LaunchError as e:
@@ -68,7 +68,7 @@ def kernel_callable(solution: Mapping[str, Any], cache: Path) -> Callable[..., A
     if missing := sorted(launch.names() - set(constants)):
         raise BuildFailure("COMPILE_ERROR", f"the launch uses {', '.join(missing)}, but no source defines "
                            f"{'it' if len(missing) == 1 else 'them'} as an integer constant "
-                           f"(#define {missing[0]} 256, or constexpr int {missing[0]} = 256;)")  # fmt: skip
+                           f"(#define {missing[0]} 256, or constexpr int {missing[0]} = 256;)")
     result = build(sources, entry, cache, arch=_arch(), compiler="auto")  # NVRTC where nvcc is missing
     if not result.ok or result.cubin is None:
         raise BuildFailure("COMPILE_ERROR", result.log)

@@ -42,7 +42,7 @@ def _driver() -> ctypes.CDLL:
                 errors.append(str(e))
         else:
             raise NoGpuError("CUDA targets need an NVIDIA GPU: the CUDA driver (libcuda.so.1) is not installed "
-                             f"here ({errors[0]}). Run on a machine with an NVIDIA GPU and driver.")  # fmt: skip
+                             f"here ({errors[0]}). Run on a machine with an NVIDIA GPU and driver.")
     return _lib
 
 
@@ -83,7 +83,7 @@ class Kernel:
         _check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(image)), f"cuModuleLoadData({cubin.name})")
         self.function = ctypes.c_void_p()
         _check(lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()),
-               f"cuModuleGetFunction({name!r}) (is the kernel extern \"C\" and __global__?)")  # fmt: skip
+               f"cuModuleGetFunction({name!r}) (is the kernel extern \"C\" and __global__?)")
         self._smem_limit = _DEFAULT_DYNAMIC_SMEM
         self._lib = lib
 
@@ -96,14 +96,14 @@ class Kernel:
         if shared_bytes > self._smem_limit:
             _check(lib.cuFuncSetAttribute(self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                           ctypes.c_int(shared_bytes)),
-                   f"cuFuncSetAttribute(max dynamic shared memory = {shared_bytes} bytes)")  # fmt: skip
+                   f"cuFuncSetAttribute(max dynamic shared memory = {shared_bytes} bytes)")
             self._smem_limit = shared_bytes
         gx, gy, gz = grid
         bx, by, bz = block
         _check(lib.cuLaunchKernel(self.function, ctypes.c_uint(gx), ctypes.c_uint(gy), ctypes.c_uint(gz),
                                   ctypes.c_uint(bx), ctypes.c_uint(by), ctypes.c_uint(bz), ctypes.c_uint(shared_bytes),
                                   ctypes.c_void_p(stream), params, None),
-               f"cuLaunchKernel({self.name}, grid={tuple(grid)}, block={tuple(block)}, shared={shared_bytes})")  # fmt: skip
+               f"cuLaunchKernel({self.name}, grid={tuple(grid)}, block={tuple(block)}, shared={shared_bytes})")
 
 
 def load_kernel(cubin: Path, name: str, device: int = 0) -> Kernel:

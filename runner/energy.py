@@ -88,7 +88,7 @@ def visible_gpu(visible: str | None) -> str:
     first = first_visible_gpu(visible)
     if first is None:
         raise EnergyUnavailable(f"NVML energy: CUDA_VISIBLE_DEVICES={visible!r} names no whole GPU to measure "
-                                "(energy is counted per physical GPU; MIG instances have no counter of their own)")  # fmt: skip
+                                "(energy is counted per physical GPU; MIG instances have no counter of their own)")
     return first
 
 
@@ -110,7 +110,7 @@ class NvmlDevice:
         self._nv, self._clock = pynvml, clock
         try:
             self._h = (pynvml.nvmlDeviceGetHandleByUUID(gpu) if gpu.startswith("GPU-")
-                       else pynvml.nvmlDeviceGetHandleByIndex(int(gpu)))  # fmt: skip
+                       else pynvml.nvmlDeviceGetHandleByIndex(int(gpu)))
             name = pynvml.nvmlDeviceGetName(self._h)
             self.name = name.decode() if isinstance(name, bytes) else str(name)
             pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h)
@@ -133,7 +133,7 @@ class NvmlDevice:
             mem_clock_mhz=self._opt(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
             temperature_c=self._opt(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
             power_limit_w=self._opt(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), 1e-3),
-        )  # fmt: skip
+        )
 
     def processes(self) -> tuple[int, ...] | None:
         try:
@@ -297,7 +297,7 @@ def median_ci(values: Sequence[float], confidence: float = 0.95, resamples: int 
         lo, hi = _percentile_bootstrap(xs, confidence, resamples, seed)
     else:
         res = bootstrap((np.asarray(xs),), np.median, confidence_level=confidence, n_resamples=resamples,
-                        method="percentile", random_state=np.random.default_rng(seed))  # fmt: skip
+                        method="percentile", random_state=np.random.default_rng(seed))
         lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return Interval(med, min(lo, med), max(hi, med))
 
@@ -354,7 +354,7 @@ def paired_ratios(arm: Mapping[int, float], ref: Mapping[int, float]) -> list[fl
 
 def summarize(windows: Sequence[Window], arms: Sequence[str], s: EnergySettings,
               device: str = "", counter_update_ms: float | None = None,
-              notes: Sequence[str] = ()) -> Measurement:  # fmt: skip
+              notes: Sequence[str] = ()) -> Measurement:
     """The statistics of a run: per-arm medians with intervals and paired ratios to the first arm."""
     idle = idle_power_w(windows)
     out_notes = list(notes)
@@ -375,12 +375,12 @@ def summarize(windows: Sequence[Window], arms: Sequence[str], s: EnergySettings,
             total_mj=median_ci(tot, s.confidence, s.resamples, s.seed),
             ms_per_call=statistics.median(w.loop_seconds / w.calls * 1e3 for w in ws) if ws else math.nan,
             calls_per_window=max((w.calls for w in ws), default=0), windows=len(ws),
-        )  # fmt: skip
+        )
         # Idle power drifts by about a percent between windows; a draw below that is not resolved.
         above = [d * w.calls / (idle * 1e3 * w.seconds) for d, w in zip(dyn, ws, strict=True) if idle > 0 and w.seconds > 0]
         if dyn and (statistics.median(dyn) <= 0 or above and statistics.median(above) < MIN_ABOVE_IDLE):
             out_notes.append(f"{arm}: no energy above idle was measured (under {MIN_ABOVE_IDLE:.0%} of the idle draw "
-                             "over a window, which idle subtraction cannot resolve): its numbers are not meaningful")  # fmt: skip
+                             "over a window, which idle subtraction cannot resolve): its numbers are not meaningful")
     ratios: dict[str, Interval] = {}
     if arms:
         ref = per_round.get(arms[0], {})
@@ -394,7 +394,7 @@ def summarize(windows: Sequence[Window], arms: Sequence[str], s: EnergySettings,
 
 
 def _fresh(device: EnergyDevice, limit_s: float, clock: Callable[[], float],
-           sleep: Callable[[float], None]) -> Reading:  # fmt: skip
+           sleep: Callable[[float], None]) -> Reading:
     """The first reading after the counter's next update (or the last one after ``limit_s``): its value
     and its time then belong together, whatever the counter's update interval."""
     now = device.read().energy_mj
@@ -407,7 +407,7 @@ def _fresh(device: EnergyDevice, limit_s: float, clock: Callable[[], float],
 
 
 def counter_update_ms(device: EnergyDevice, limit_s: float, clock: Callable[[], float],
-                      sleep: Callable[[float], None]) -> float | None:  # fmt: skip
+                      sleep: Callable[[float], None]) -> float | None:
     """Median time between counter updates, from polling it for up to ``limit_s``."""
     changes: list[float] = []
     last = device.read()
@@ -436,7 +436,7 @@ def loop_seconds(window_s: float, tick_ms: float | None) -> float:
 
 def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: EnergySettings = EnergySettings(),
             *, clock: Callable[[], float] = time.perf_counter,
-            sleep: Callable[[float], None] = time.sleep) -> Measurement:  # fmt: skip
+            sleep: Callable[[float], None] = time.sleep) -> Measurement:
     """Calibrate, warm up, then K rounds of one window per arm (ABBA: odd rounds reversed) with idle windows spread in."""
     notes: list[str] = list(getattr(runner, "notes", ()))
     procs, ours = set(device.processes() or ()), set(runner.pids()) | {os.getpid()}
@@ -451,7 +451,7 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
     tick = counter_update_ms(device, 3 * s.align_s, clock, sleep)
     if tick is None:
         notes.append(f"the energy counter did not change within {3 * s.align_s:.2f} s while idle: windows are "
-                     "not aligned to its updates")  # fmt: skip
+                     "not aligned to its updates")
     elif tick > 0.1 * s.window_s * 1e3:
         notes.append(f"the energy counter updates every {tick:.0f} ms, coarse against {s.window_s:g} s windows")
     calls: dict[str, int] = {}
@@ -501,7 +501,7 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
         r1 = _fresh(device, s.align_s, clock, sleep)
         windows.append(Window(kind, arm, rnd, 0 if arm is None else calls[arm], r1.t - r0.t, loop,
                               r1.energy_mj - r0.energy_mj, r1.sm_clock_mhz, r1.mem_clock_mhz, r1.temperature_c,
-                              r1.power_limit_w))  # fmt: skip
+                              r1.power_limit_w))
 
     for rnd in range(k + 1):
         if rnd in idle_at:
@@ -515,7 +515,7 @@ def measure(device: EnergyDevice, runner: ArmRunner, arms: Sequence[str], s: Ene
     sm = {w.sm_clock_mhz for w in windows if w.kind == "arm" and w.sm_clock_mhz}
     if len(sm) > 1 and max(sm) > 1.05 * min(sm):
         notes.append(f"the SM clock moved between windows ({min(sm):.0f}-{max(sm):.0f} MHz): power or thermal "
-                     "throttling; ABBA pairing cancels only slow, steady changes")  # fmt: skip
+                     "throttling; ABBA pairing cancels only slow, steady changes")
     return summarize(windows, arms, s, device.name, tick, notes)
 
 
@@ -547,7 +547,7 @@ def child_main(req: Mapping[str, Any], commands: Any, proto: Any) -> None:
         dps = req["solution"]["spec"].get("destination_passing_style", True)
         sets = [(harness._make_inputs(req["definition"], req["workload"], 20_000 + i, device),
                  harness._poisoned_outputs(req["definition"], req["workload"]["axes"], device))
-                for i in range(int(req.get("rotate", 3)))]  # fmt: skip
+                for i in range(int(req.get("rotate", 3)))]
         with torch.no_grad():
             for i in range(3):
                 call(fn, *sets[i % len(sets)], dps)
@@ -646,7 +646,7 @@ class ChildRunner:
                         argv = confinement.command(argv, confinement.policy([work, cache]))
                     p = subprocess.Popen(argv, cwd=work,
                                          env=scrubbed_env(extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, text=True, start_new_session=True)  # fmt: skip
+                                         stderr=err, text=True, start_new_session=True)
                 self._procs[arm] = p
                 self._work[arm] = work
                 msg = self._reply(arm, timeout_s)
@@ -766,7 +766,7 @@ class WorkloadEnergy:
     def to_json(self) -> dict[str, Any]:
         return {"uuid": self.uuid, "bytes": self.bytes, "flops": self.flops, "note": self.note,
                 "measurement": None if self.measurement is None else self.measurement.to_json(),
-                "per_work": {a: self.per_work(a) for a in (self.measurement.arms if self.measurement else ())}}  # fmt: skip
+                "per_work": {a: self.per_work(a) for a in (self.measurement.arms if self.measurement else ())}}
 
 
 DeviceFactory = Callable[[], EnergyDevice]
@@ -776,7 +776,7 @@ RunnerFactory = Callable[[Mapping[str, Mapping[str, Any]], float], Any]
 def measure_solutions(definition: Any, solutions: Mapping[str, Any], workloads: Sequence[Any], device_kind: str,
                       s: EnergySettings = EnergySettings(), *, flops: str | None = None, nbytes: str | None = None,
                       open_device: DeviceFactory = NvmlDevice, make_runner: RunnerFactory = ChildRunner,
-                      cache_dir: Path | None = None, **kw: Any) -> tuple[WorkloadEnergy, ...]:  # fmt: skip
+                      cache_dir: Path | None = None, **kw: Any) -> tuple[WorkloadEnergy, ...]:
     """Every workload, all arms (the first is the reference) interleaved in one run each.
     Failures are notes on the result, never exceptions."""
     from .roofline import axis_values, evaluate_formula
@@ -798,7 +798,7 @@ def measure_solutions(definition: Any, solutions: Mapping[str, Any], workloads: 
         for w in workloads:
             reqs = {arm: {"definition": definition.to_json(), "solution": sol.to_json(), "workload": w.to_json(),
                           "device": device_kind, "cache_dir": str(cache_dir) if cache_dir else None}
-                    for arm, sol in solutions.items()}  # fmt: skip
+                    for arm, sol in solutions.items()}
             try:
                 runner = make_runner(reqs, s.timeout_s)
             except ArmFailed as e:
@@ -869,7 +869,7 @@ def _kernel_proxy(profile: Profile, k: KernelProfile) -> ProxyEnergy | None:
     excess = sectors * (1.0 - 1.0 / c["excess"]) if c is not None and c["excess"] > 1.0 else 0.0
     local = (k.get(LOCAL_LD_SECTORS) or 0.0) + (k.get(LOCAL_ST_SECTORS) or 0.0)
     return ProxyEnergy(PJ_PER_DRAM_BYTE * dram, PJ_PER_EXCESS_SECTOR * excess, PJ_PER_LOCAL_SECTOR * local,
-                       PJ_PER_INSTRUCTION * inst)  # fmt: skip
+                       PJ_PER_INSTRUCTION * inst)
 
 
 def proxy(profile: Profile | None) -> ProxyEnergy | None:
@@ -880,7 +880,7 @@ def proxy(profile: Profile | None) -> ProxyEnergy | None:
     if any(p is None for p in parts):
         return None
     return ProxyEnergy(*(sum(getattr(p, f) for p in parts if p is not None)
-                         for f in ("dram_pj", "uncoalesced_pj", "local_pj", "instruction_pj")))  # fmt: skip
+                         for f in ("dram_pj", "uncoalesced_pj", "local_pj", "instruction_pj")))
 
 
 # --------------------------------------------------------------------------- the objective
@@ -944,9 +944,9 @@ def choose(speedups: Sequence[float], energies: Sequence[float | None], mode: st
         return Choice(best, tied, f"fastest, and the least energy of {len(tied)} within the timing noise")
     if fastest in measured and (energies[best] or 0.0) > (energies[fastest] or 0.0) * (1 - PLACEMENT):
         return Choice(fastest, tied, f"fastest: no candidate within the timing noise used less energy by more than "
-                                     f"{PLACEMENT:.1%}, which one kernel in two processes differs by")  # fmt: skip
+                                     f"{PLACEMENT:.1%}, which one kernel in two processes differs by")
     return Choice(best, tied, f"least energy of {len(tied)} candidates within the timing noise ({noise:.3f}x) "
-                              "of the fastest")  # fmt: skip
+                              "of the fastest")
 
 
 @dataclass(frozen=True)
@@ -975,12 +975,12 @@ class EnergyOutcome:
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "eps": self.eps, "noise": self.noise, "arms": dict(self.arms),
                 "winner_arm": self.winner_arm, "workloads": [w.to_json() for w in self.workloads],
-                "proxy": dict(self.proxy), "choice": self.choice, "notes": list(self.notes)}  # fmt: skip
+                "proxy": dict(self.proxy), "choice": self.choice, "notes": list(self.notes)}
 
     def ratio(self, arm: str) -> float | None:
         """Geometric mean over workloads of the arm's paired dynamic-energy ratio to the baseline."""
         rs = [w.measurement.ratios[arm].median for w in self.workloads
-              if w.measurement is not None and arm in w.measurement.ratios]  # fmt: skip
+              if w.measurement is not None and arm in w.measurement.ratios]
         rs = [r for r in rs if math.isfinite(r) and r > 0]
         return math.exp(sum(map(math.log, rs)) / len(rs)) if rs else None
 
@@ -990,14 +990,14 @@ Meter = Callable[[Any, Mapping[str, Any], Sequence[Any]], tuple[WorkloadEnergy, 
 
 
 def nvml_meter(device_kind: str, s: EnergySettings = EnergySettings(), cache_dir: Path | None = None,
-               open_device: DeviceFactory = NvmlDevice) -> Meter:  # fmt: skip
+               open_device: DeviceFactory = NvmlDevice) -> Meter:
     """The real meter: NVML in this process, each arm in a sandboxed child."""
 
     def meter(target: Any, solutions: Mapping[str, Any], workloads: Sequence[Any]) -> tuple[WorkloadEnergy, ...]:
         # The target's limit, not a constant of the meter's (issue 22).
         limited = replace(s, timeout_s=target.budget.energy_timeout_s) if hasattr(target, "budget") else s
         return measure_solutions(target.definition, solutions, workloads, device_kind, limited, flops=target.flops,
-                                 nbytes=target.bytes, cache_dir=cache_dir, open_device=open_device)  # fmt: skip
+                                 nbytes=target.bytes, cache_dir=cache_dir, open_device=open_device)
 
     return meter
 
@@ -1007,13 +1007,13 @@ def notes_for_prompt(findings: Sequence[Any], current: ProxyEnergy | None, basel
     lines = ["Energy is a secondary objective: never give up speed for it. Among equally fast variants, prefer "
              "the one that executes fewer instructions and moves fewer bytes (fast intrinsics such as "
              "__fdividef / tl.fdiv(..., ieee_rounding=False) where the tolerance allows, no spills, coalesced "
-             "access)."]  # fmt: skip
+             "access)."]
     if current is not None:
         e = current
         lines.append(f"Counter-based energy estimate of the current code (paper Eq. 4): {e.total_pj / 1e6:.1f} uJ per "
                      f"call (DRAM {e.dram_pj / 1e6:.1f}, uncoalesced {e.uncoalesced_pj / 1e6:.1f}, spills "
                      f"{e.local_pj / 1e6:.1f}, instructions {e.instruction_pj / 1e6:.1f})"
-                     + (f"; the baseline's: {baseline.total_pj / 1e6:.1f} uJ." if baseline is not None else "."))  # fmt: skip
+                     + (f"; the baseline's: {baseline.total_pj / 1e6:.1f} uJ." if baseline is not None else "."))
     for f in findings:
         fix = f" Fix: {f.recommendations[0]}" if f.recommendations else ""
         lines.append(f"- [{f.severity}] {f.title} ({f.tool}).{fix}")
@@ -1022,7 +1022,7 @@ def notes_for_prompt(findings: Sequence[Any], current: ProxyEnergy | None, basel
 
 def decide(mode: str, target: Any, baseline: Any, passing: Sequence[Any], workloads: Sequence[Any],
            meter: Meter | None, noise: float, eps: float,
-           proxies: Mapping[str, ProxyEnergy]) -> tuple[Any | None, EnergyOutcome | None]:  # fmt: skip
+           proxies: Mapping[str, ProxyEnergy]) -> tuple[Any | None, EnergyOutcome | None]:
     """After the gate: the published winner (a gate result) and the energy record.
 
     ``passing`` are the gate results that passed, in gate order. Off: the first, nothing measured.
@@ -1040,7 +1040,7 @@ def decide(mode: str, target: Any, baseline: Any, passing: Sequence[Any], worklo
     if meter is None:
         return first, EnergyOutcome(mode, eps, noise, (), names, proxy_json, "candidate1" if first else None,
                                     "energy not measured: no GPU (NVML measures only on a GPU)",
-                                    ("no GPU: energy was not measured",))  # fmt: skip
+                                    ("no GPU: energy was not measured",))
     measured = _paced(meter(target, arms, workloads), baseline_rows=cands[0].per_workload if cands else (),
                       arms_rows={f"candidate{i + 1}": g.per_workload for i, g in enumerate(cands)})
     notes = tuple(f"{w.uuid}: {w.note}" for w in measured if w.note)
@@ -1084,10 +1084,10 @@ def _paced(measured: Sequence[WorkloadEnergy], baseline_rows: Sequence[Mapping[s
             ms = verified.get((arm, w.uuid))
             if ms and e.ms_per_call < PACE_FLOOR * ms:
                 bad.append(f"{arm} ran {e.ms_per_call:.4f} ms a call in its energy windows against a verified "
-                           f"{ms:.4f} ms")  # fmt: skip
+                           f"{ms:.4f} ms")
         if bad:
             w = replace(w, measurement=None, note="ENERGY_ARM_INCONSISTENT: " + "; ".join(bad)
-                        + ": it did not do the verified work there, so no energy is reported")  # fmt: skip
+                        + ": it did not do the verified work there, so no energy is reported")
         out.append(w)
     return tuple(out)
 
@@ -1103,6 +1103,6 @@ def with_energy(gate: Any, measured: Sequence[WorkloadEnergy], arm: str) -> Any:
             r = {**r, "baseline_energy_j": m.arms["baseline"].dynamic_mj.median / 1e3,
                  "candidate_energy_j": m.arms[arm].dynamic_mj.median / 1e3,
                  "energy_ratio": ratio.median if ratio else None, "energy_ratio_low": ratio.low if ratio else None,
-                 "energy_ratio_high": ratio.high if ratio else None}  # fmt: skip
+                 "energy_ratio_high": ratio.high if ratio else None}
         rows.append(r)
     return replace(gate, per_workload=tuple(rows))

@@ -16,10 +16,10 @@ _ALLOWED = (
     "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
     "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "PYTHONPATH", "VIRTUAL_ENV",
     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS",
-)  # fmt: skip
+)
 # Names that must never reach a candidate, whatever the allowlist or a caller's extras say.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE|^AWS_|^ACTIONS_|"
-                          r"^GITHUB_|^GH_|^KERNELPRO_LLM|^OPENAI_|^AZURE_|^GOOGLE_|^HF_|^SSH_", re.I)  # fmt: skip
+                          r"^GITHUB_|^GH_|^KERNELPRO_LLM|^OPENAI_|^AZURE_|^GOOGLE_|^HF_|^SSH_", re.I)
 
 
 class SandboxError(RuntimeError):
@@ -32,7 +32,7 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     leaked = sorted(k for k in env if _SECRET_NAME.search(k))
     if leaked:
         raise SandboxError(f"refusing to start a candidate with {leaked} in its environment; "
-                           "remove them from the sandbox's extra variables")  # fmt: skip
+                           "remove them from the sandbox's extra variables")
     return env
 
 

@@ -140,14 +140,14 @@ class Outcome:
                 reference_timing=Timing.from_json(r["reference_timing"]) if r.get("reference_timing") else None,
             )
             for r in d["results"]
-        )  # fmt: skip
+        )
         return Outcome(
             solution_hash=d["solution_hash"], status=d["status"], results=results,
             environment=d.get("environment", {}), log=d.get("log", ""),
             build_seconds=d.get("build_seconds", 0.0), wall_seconds=d.get("wall_seconds", 0.0),
             phases=d.get("phases", {}), timeline=d.get("timeline"), timestamp=d.get("timestamp", ""),
             warnings=tuple(d.get("warnings") or ()),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class EvalSettings:
 
 
 def _request(definition: Definition, solution: Solution, workloads: Sequence[Workload],
-             tolerance: Tolerance, s: EvalSettings) -> dict[str, Any]:  # fmt: skip
+             tolerance: Tolerance, s: EvalSettings) -> dict[str, Any]:
     dtypes = {spec.dtype for spec in definition.outputs.values()}
     return {
         "definition": definition.to_json(),
@@ -242,11 +242,11 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
         },
         "timing": {"warmup": s.warmup, "reps": s.reps, "reps_max": s.reps_max, "target_ms": s.target_ms,
                    "reps_cpu": s.reps_cpu, "rotate": s.rotate, "graphs": s.cuda_graphs,
-                   "hold_cycles": s.hold_cycles},  # fmt: skip
+                   "hold_cycles": s.hold_cycles},
         "time_reference": s.time_reference,
         "timeline": s.timeline,
         "timeline_bar": None if s.timeline_bar is None else {"speedup": s.timeline_bar[0],
-                                                             "baseline_ms": dict(s.timeline_bar[1])},  # fmt: skip
+                                                             "baseline_ms": dict(s.timeline_bar[1])},
         "float64_reference": s.float64_reference,
         "memory_limit_mb": s.memory_limit_mb,
         "checks": s.checks,
@@ -287,7 +287,7 @@ _REFERENCES_LOCK = threading.Lock()  # evaluation workers (one per GPU) may shar
 
 def _reference_key(req: Mapping[str, Any]) -> str:
     parts = {k: req[k] for k in ("definition", "workloads", "device", "trials", "seed", "time_reference",
-                                 "float64_reference")}  # fmt: skip
+                                 "float64_reference")}
     parts["rotate"] = req["timing"]["rotate"]
     parts["checks"] = req.get("checks", 0)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -368,14 +368,14 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tu
             timing=tuple(Timing.from_json(e["timing"]) if e.get("timing") else None for e in entries),
             environment=doc["environment"],
             pools=pools,
-        )  # fmt: skip
+        )
         # Spent seeds only: the trials' outputs (and the reference's timing) are the same as before.
         return fresh if old is None else replace(old, checks=fresh.checks, checks64=fresh.checks64, pools=pools)
 
     again = {"trials": 0, "time_reference": False} if old is not None else {}
     child = run_child({**req, **again, "mode": "reference", "check_seeds": [list(p) for p in pools]},
                       timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir, isolate=s.isolate_network,
-                      memory_limit_mb=_watchdog_mb(s), collect=collect, fork=s.fork_server)  # fmt: skip
+                      memory_limit_mb=_watchdog_mb(s), collect=collect, fork=s.fork_server)
     if child.status != "OK" or not isinstance(child.collected, _Reference):
         return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
     with _REFERENCES_LOCK:
@@ -387,14 +387,14 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tu
 
 
 def reference_ready(definition: Definition, solution: Solution, workloads: Sequence[Workload], tolerance: Tolerance,
-                    settings: EvalSettings) -> bool:  # fmt: skip
+                    settings: EvalSettings) -> bool:
     """Compute (or find cached) the reference outputs ``evaluate`` would use for these arguments,
     so that their files are written, loaded and deleted now, before anything else starts."""
     return not isinstance(_reference_for(_request(definition, solution, workloads, tolerance, settings), settings), str)
 
 
 def reference_outputs(definition: Definition, solution: Solution, workloads: Sequence[Workload], tolerance: Tolerance,
-                      settings: EvalSettings) -> list[Any] | str:  # fmt: skip
+                      settings: EvalSettings) -> list[Any] | str:
     """The reference's outputs of the first trial of the first workload, or why the reference failed
     (runner/smoke.py checks the configuration with them before any search)."""
     got = _reference_for(_request(definition, solution, workloads, tolerance, settings), settings)
@@ -417,13 +417,13 @@ class _OutputJudge:
 
     def __init__(self, work: Path, wi: int, definition: Definition, ref: _Reference, tol: Mapping[str, Any],
                  trials: int, seeds: list[int], keeper: Timekeeper, cap: int, offset: int,
-                 device: str = "cpu") -> None:  # fmt: skip
+                 device: str = "cpu") -> None:
         self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, 0
         self.wi, self.ref, self.keeper, self.cap, self.offset = wi, ref, keeper, cap, offset
         self.named = list(definition.outputs.items())
         self.jobs = [(f"w{wi}_t{t}_r{r}.kpt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
                       {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
-                     for t in range(trials) for r in (0, 1)]  # fmt: skip
+                     for t in range(trials) for r in (0, 1)]
         self.timed = False  # whether the checked timed calls' jobs are known (once their phase ended)
         self.done = 0
         self.worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
@@ -443,14 +443,14 @@ class _OutputJudge:
         if phase is None:
             if final:
                 self.failed = _Verdict("RUNTIME_ERROR", "TIMING_PROTOCOL: the candidate's process never completed "
-                                       "its timing phase over the parent's channel")  # fmt: skip
+                                       "its timing phase over the parent's channel")
             return False
         ref, wi, o = self.ref, self.wi, self.offset
         self.jobs += [(f"w{wi}_c{j}.kpt", ref.checks[wi][o + j], ref.checks64[wi][o + j] if ref.checks64[wi] else None,
                        {"timed_call": pos, "digest": phase.digests.get(pos),  # type: ignore[dict-item]
                         "reason_if_wrong": "a timed call, at a position drawn in secret by the parent, returned "
                         "wrong outputs (work skipped on calls it hoped were unchecked, or a cache keyed on pointers?)"})
-                      for j, pos in enumerate(phase.checks)]  # fmt: skip
+                      for j, pos in enumerate(phase.checks)]
         self.n_checks, self.timed = len(phase.checks), True
         return True
 
@@ -527,7 +527,7 @@ class _OutputJudge:
         if self.failed is not None:
             raise self.failed
         out: dict[str, Any] = {**self.worst, "trials": self.trials, "seeds": self.seeds, "runs_per_trial": 2,
-                               "timing_checks": self.n_checks}  # fmt: skip
+                               "timing_checks": self.n_checks}
         if self.ratios:
             out["float64_ratio"] = max(self.ratios)
         out["judged_on"] = self.fallback or self.device
@@ -593,17 +593,17 @@ def _identical(a: list[Any], b: list[Any]) -> bool:
 
     def same(x: torch.Tensor, y: torch.Tensor) -> bool:  # torch.equal has no float8 kernel on the CPU
         return torch.equal(*((x.view(torch.uint8), y.view(torch.uint8)) if x.dtype.is_floating_point
-                             and x.element_size() == 1 and x.shape == y.shape else (x, y)))  # fmt: skip
+                             and x.element_size() == 1 and x.shape == y.shape else (x, y)))
 
     return len(a) == len(b) and all(
         isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
         and x.shape == y.shape and x.stride() == y.stride() and x.device == y.device and same(x, y)
         for x, y in zip(a, b, strict=True)
-    )  # fmt: skip
+    )
 
 
 def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float], keeper: Timekeeper,
-            wi: int) -> Timing:  # fmt: skip
+            wi: int) -> Timing:
     """The candidate's own timing, read as untrusted numbers: the summary it sent over the parent's
     channel when its timing phase ended (what result.json says is ignored), well-formed, positive,
     and consistent with the wall the parent's own clock saw (runner/timekeeper.py)."""
@@ -619,28 +619,28 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
         raise _Verdict("RUNTIME_ERROR", f"malformed timing from the candidate's process: {e}") from None
     values = (timing.median_ms, timing.p10_ms, timing.p90_ms, total)
     if timing.n < 1 or not all(math.isfinite(v) and v > 0 for v in values) or not (
-            timing.p10_ms <= timing.median_ms <= timing.p90_ms):  # fmt: skip
+            timing.p10_ms <= timing.median_ms <= timing.p90_ms):
         raise _Verdict("RUNTIME_ERROR", f"implausible timing from the candidate's process: {dict(t)}")
     spent_ms.append(total)
     if sum(spent_ms) > child_seconds * 1e3 * 1.05 + 5:
         raise _Verdict("RUNTIME_ERROR", f"the candidate's process reported {sum(spent_ms):.0f} ms of timed calls "
-                       f"in a process that lived {child_seconds * 1e3:.0f} ms: its timer was tampered with")  # fmt: skip
+                       f"in a process that lived {child_seconds * 1e3:.0f} ms: its timer was tampered with")
     return timing
 
 
 def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
-            work: Path, keeper: Timekeeper, offset: int, device: str) -> list[_OutputJudge]:  # fmt: skip
+            work: Path, keeper: Timekeeper, offset: int, device: str) -> list[_OutputJudge]:
     from .harness import trial_seed
 
     cap = _output_cap(req)
     return [_OutputJudge(work, wi, definition, ref, req["tolerance"], req["trials"],
                          [trial_seed(req["seed"], t, w.uuid) for t in range(req["trials"])], keeper, cap, offset,
                          device)
-            for wi, w in enumerate(workloads)]  # fmt: skip
+            for wi, w in enumerate(workloads)]
 
 
 def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_OutputJudge],
-           doc: Mapping[str, Any], seconds: float, keeper: Timekeeper) -> list[WorkloadResult]:  # fmt: skip
+           doc: Mapping[str, Any], seconds: float, keeper: Timekeeper) -> list[WorkloadResult]:
     results: list[WorkloadResult] = []
     entries = doc.get("workloads")
     if not isinstance(entries, list) or len(entries) > len(workloads):
@@ -659,7 +659,7 @@ def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_Out
                 raise _Verdict(status, log, corr)
             correctness = judges[wi].result()
             results.append(WorkloadResult(w.uuid, "PASSED", "", correctness, _timing(e, seconds, spent, keeper, wi),
-                                          ref.timing[wi]))  # fmt: skip
+                                          ref.timing[wi]))
         except _Verdict as v:
             results.append(WorkloadResult(w.uuid, v.status, v.log, v.correctness))
             break
@@ -674,11 +674,11 @@ def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_Out
 
 
 def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
-             tolerance: Tolerance, settings: EvalSettings) -> Outcome:  # fmt: skip
+             tolerance: Tolerance, settings: EvalSettings) -> Outcome:
     h = solution.content_hash()
     if solution.definition != definition.name:
         return Outcome(h, "COMPILE_ERROR", (), log=f"solution implements {solution.definition!r}, not {definition.name!r}",
-                       timestamp=_now())  # fmt: skip
+                       timestamp=_now())
     req = _request(definition, solution, workloads, tolerance, settings)
     got = _reference_for(req, settings, take=settings.checks)
     if isinstance(got, str):
@@ -713,14 +713,14 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         child = run_child(req, timeout_s=settings.timeout_s, device=settings.device, cache_dir=settings.cache_dir,
                           isolate=settings.isolate_network, memory_limit_mb=_watchdog_mb(settings), collect=collect,
                           during=during if settings.judge_during else None, fork=settings.fork_server,
-                          timekeeper=keeper)  # fmt: skip
+                          timekeeper=keeper)
     finally:
         keeper.close()
     environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child, settings)}}
     if child.status != "OK" or child.result is None:
         status = "TIMEOUT" if child.status == "TIMEOUT" else "RUNTIME_ERROR"
         return Outcome(h, status, (), environment=environment, log=child.log, wall_seconds=child.seconds,
-                       timestamp=_now())  # fmt: skip
+                       timestamp=_now())
     res = child.result
     build: Mapping[str, Any] = res["build"] if isinstance(res.get("build"), dict) else {"status": "RUNTIME_ERROR"}
     build_seconds = float(build.get("seconds", 0.0)) if isinstance(build.get("seconds"), (int, float)) else 0.0
@@ -730,7 +730,7 @@ def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Wor
         bstatus = bstatus if bstatus in ("COMPILE_ERROR", "RUNTIME_ERROR") else "RUNTIME_ERROR"
         return Outcome(h, bstatus, (), environment=environment, log=str(build.get("log", "")),
                        build_seconds=build_seconds, wall_seconds=child.seconds, timestamp=_now(),
-                       warnings=warnings)  # fmt: skip
+                       warnings=warnings)
     results = tuple(child.collected or ())
     failed = next((r for r in results if r.status != "PASSED"), None)
     phases: Mapping[str, float] = {**(res["phases"] if isinstance(res.get("phases"), dict) else {}), **judged}
@@ -800,5 +800,5 @@ def traces(definition: Definition, solution: Solution, workloads: Sequence[Workl
         if status == "INCORRECT_NUMERICAL" and correctness is None:
             correctness = Correctness(math.nan, math.nan)
         out.append(Trace(definition.name, w, solution.name,
-                         Evaluation(status, env, outcome.timestamp or _now(), log, correctness, performance)))  # fmt: skip
+                         Evaluation(status, env, outcome.timestamp or _now(), log, correctness, performance)))
     return out

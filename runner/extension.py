@@ -62,7 +62,7 @@ def extension_callable(solution: Mapping[str, Any], cache: Path) -> tuple[Callab
     arch = _arch_list()
     h = hashlib.sha256()
     for part in ("kernelpro-ext-1", torch.__version__, str(torch.version.cuda), arch or "cpu", *EXTRA_CFLAGS,
-                 *EXTRA_CUDA_CFLAGS, *(p for path in sorted(sources) for p in (path, sources[path]))):  # fmt: skip
+                 *EXTRA_CUDA_CFLAGS, *(p for path in sorted(sources) for p in (path, sources[path]))):
         h.update(part.encode())
         h.update(b"\0")
     key = h.hexdigest()
@@ -88,7 +88,7 @@ def extension_callable(solution: Mapping[str, Any], cache: Path) -> tuple[Callab
                 extra_cflags=list(EXTRA_CFLAGS), extra_cuda_cflags=list(EXTRA_CUDA_CFLAGS),
                 extra_include_paths=[str(src), str((src / entry).parent)], is_python_module=python_module,
                 verbose=False,
-            )  # fmt: skip
+            )
         except Exception as e:  # cpp_extension raises RuntimeError with the compiler output, or ImportError
             raise ExtensionError(str(e).replace(str(src) + "/", "")) from None
         done.touch()

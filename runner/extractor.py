@@ -52,7 +52,7 @@ def build_prompt(observations: Sequence[Observation], memory: Mapping[str, Seque
         summary = summary[:MAX_OBSERVATION_CHARS] + "\n[... cut]"
     return _env().get_template("prompt_memory.md.j2").render(
         sections=SECTIONS, memory={k: list(memory.get(k, ())) for k in SECTIONS},
-        has_memory=any(memory.get(k) for k in SECTIONS), observations=summary)  # fmt: skip
+        has_memory=any(memory.get(k) for k in SECTIONS), observations=summary)
 
 
 def parse(text: str) -> dict[str, list[str]]:
@@ -87,7 +87,7 @@ class LLMExtractor:
         self._token_param = "max_tokens"
 
     def __call__(self, observations: Sequence[Observation], memory: Mapping[str, Sequence[str]]
-                 ) -> dict[str, list[str]]:  # fmt: skip
+                 ) -> dict[str, list[str]]:
         prompt = build_prompt(observations, memory)
         self.calls += 1
         for _ in range(3):
@@ -96,7 +96,7 @@ class LLMExtractor:
                 kwargs["response_format"] = {"type": "json_object"}
             try:
                 resp = self.client.chat.completions.create(
-                    model=self.model, messages=[{"role": "user", "content": prompt}], **kwargs)  # fmt: skip
+                    model=self.model, messages=[{"role": "user", "content": prompt}], **kwargs)
             except openai.BadRequestError as e:
                 if self._json_mode and "response_format" in str(e):
                     self._json_mode = False

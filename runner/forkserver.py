@@ -139,7 +139,7 @@ class _Refuse:
             places = [spec.origin or "", *(spec.submodule_search_locations or ())]
             if any((os.path.realpath(p) + os.sep).startswith(self.blocked) for p in places if p):
                 raise ImportError(f"{fullname} is the pull request's own code ({places[0] or places[-1]}): "
-                                  "it is imported only in a confined child")  # fmt: skip
+                                  "it is imported only in a confined child")
             return None  # the finders after this one import it as usual
         return None
 
@@ -195,7 +195,7 @@ def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
         sys.meta_path.remove(refuse)  # the children import as a fresh interpreter would
     added = sorted({m.partition(".")[0] for m in sys.modules} - before)
     return {"preloaded": done, "failed": failed, "added": added, "cuda": _cuda_state(), "driver": _driver_loaded(),
-            "seconds": time.perf_counter() - t0}  # fmt: skip
+            "seconds": time.perf_counter() - t0}
 
 
 def serve(fd: int, warm: str = "") -> None:
@@ -288,7 +288,7 @@ class ForkServer:
             # cwd "/": the server's own imports must not pick up a package of the directory it was
             # started from; each child changes into its work directory, where '' then points.
             pass_fds=(theirs.fileno(),), env=dict(env), stdin=subprocess.DEVNULL, start_new_session=True, cwd="/",
-        )  # fmt: skip
+        )
         theirs.close()
         self._sock = ours
         self._lock = threading.Lock()
@@ -349,14 +349,14 @@ class ForkServer:
 
     def spawn(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], isolate: bool,
               timeout_s: float = 60.0, probe: bool | str = False, policy: str | None = None,
-              fds: Sequence[int] = ()) -> Forked:  # fmt: skip
+              fds: Sequence[int] = ()) -> Forked:
         rid = next(self._ids)
         answer: queue.Queue[dict[str, Any]] = queue.Queue()
         self._replies[rid] = answer
         r, w = os.pipe()
         try:
             req = {"id": rid, "argv": list(argv), "cwd": str(cwd), "env": dict(env), "isolate": isolate, "probe": probe,
-                   "policy": policy}  # fmt: skip
+                   "policy": policy}
             socket.send_fds(self._sock, [json.dumps(req).encode()], [w, *fds])
         finally:
             os.close(w)
@@ -457,7 +457,7 @@ def warm_running() -> bool:
 
 
 def warm_server(tree: Collection[str], cwd: Path, isolate: bool,
-                cuda: bool = False) -> tuple[ForkServer | None, str]:  # fmt: skip
+                cuda: bool = False) -> tuple[ForkServer | None, str]:
     """The warm server for a child whose candidate defines the top-level names ``tree`` (and runs on
     the GPU, with ``cuda``), and how the report says the child was started; (None, why not) where one
     runs but cannot serve this child, (None, "") where none runs."""
@@ -469,13 +469,13 @@ def warm_server(tree: Collection[str], cwd: Path, isolate: bool,
         return None, f"the warm server of target {w.label} had not finished its preload yet"
     if ready.get("cuda"):
         return None, (f"preloading {', '.join(ready['preloaded'])} initialised CUDA ({ready['cuda']}), and a "
-                      "forked CUDA context is unusable")  # fmt: skip
+                      "forked CUDA context is unusable")
     if not w.server.alive():
         return None, f"the warm server of target {w.label} stopped"
     stale = sorted(set(tree) & set(ready.get("added", ())))
     if stale:
         return None, (f"the warm server of target {w.label} has imported {', '.join(stale)}, which this "
-                      "candidate defines: its own copy is imported in a fresh one")  # fmt: skip
+                      "candidate defines: its own copy is imported in a fresh one")
     with _SERVER_LOCK:
         if isolate not in w.server.probed:
             why = w.server.probe(cwd, {}, isolate)
@@ -489,6 +489,6 @@ def warm_server(tree: Collection[str], cwd: Path, isolate: bool,
             w.server.cuda = "" if why is None else why
     if cuda and w.server.cuda:
         return None, (f"preloading {', '.join(ready['preloaded'])} loaded the CUDA driver ({ready['driver']}) "
-                      f"and a child forked after it could not use the GPU: {w.server.cuda}")  # fmt: skip
+                      f"and a child forked after it could not use the GPU: {w.server.cuda}")
     return w.server, (f"forked from the warm server of target {w.label} "
-                      f"(preloaded: {', '.join(ready['preloaded']) or 'nothing'})")  # fmt: skip
+                      f"(preloaded: {', '.join(ready['preloaded']) or 'nothing'})")

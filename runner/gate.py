@@ -31,7 +31,7 @@ def home_of(schedule: Schedule | None) -> Callable[..., Any]:
 
 
 def interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workload, ...], es: EvalSettings,
-                 home: Callable[..., Outcome]) -> tuple[Outcome, Outcome, Outcome]:  # fmt: skip
+                 home: Callable[..., Outcome]) -> tuple[Outcome, Outcome, Outcome]:
     """a, b, a again: drift between evaluations (clocks, heat, load) falls on both sides."""
     first = home(evaluate, target.definition, a, workloads, target.tolerance, es)
     other = home(evaluate, target.definition, b, workloads, target.tolerance, es)
@@ -39,18 +39,18 @@ def interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workl
 
 
 def versus_base(target: Target, head: Candidate, base: Candidate, workloads: tuple[Workload, ...], s: RunSettings,
-                schedule: Schedule | None) -> BaseComparison:  # fmt: skip
+                schedule: Schedule | None) -> BaseComparison:
     """The PR's kernel against the base branch's, measured head, base, head after the search."""
     # The search's seeds (their reference outputs are cached) and more timed calls, as in the gate.
     with tempfile.TemporaryDirectory(prefix="kernelpro-versus-") as cache:
         es = replace(s.evaluation, reps=max(s.evaluation.reps, 50), cache_dir=Path(cache))
         return compare_base(*interleaved(target, head.solution, base.solution, workloads, es, home_of(schedule)),
-                            workloads, s.gamma)  # fmt: skip
+                            workloads, s.gamma)
 
 
 def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
          s: RunSettings, floors: Mapping[str, float] | None = None, schedule: Schedule | None = None,
-         guards: tuple[Sequence[GuardShape], Sequence[str]] = ((), ())) -> GateResult:  # fmt: skip
+         guards: tuple[Sequence[GuardShape], Sequence[str]] = ((), ())) -> GateResult:
     """The final gate's verdict on ``cand`` against ``base``; ``floors`` are the roofline's lower bounds
     (ms per workload uuid), ``guards`` the guard shapes and their notes (runner/guard.py)."""
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
@@ -60,7 +60,7 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
     home = home_of(schedule)  # every gate step on one GPU
     with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
         es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
-                     cache_dir=Path(cache))  # fmt: skip
+                     cache_dir=Path(cache))
         b, c, b2 = interleaved(target, base.solution, cand.solution, workloads, es, home)
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
@@ -83,7 +83,7 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
                      "baseline_p10_ms": min(t.p10_ms for t in bt), "baseline_p90_ms": max(t.p90_ms for t in bt),
                      "candidate_ms": ct.median_ms, "candidate_p10_ms": ct.p10_ms, "candidate_p90_ms": ct.p90_ms,
                      "speedup": sp, "speedup_low": lo, "speedup_high": hi, "n": ct.n,
-                     "timing_mode": ct.mode})  # fmt: skip
+                     "timing_mode": ct.mode})
     correctness = tuple({"uuid": r.uuid, **(r.correctness or {})} for r in c.results)
     speed = math.exp(sum(logs) / len(logs))
     reason = "passed" if ok else f"not faster than {s.gamma:.2f}x on every workload"
@@ -99,11 +99,11 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
         if mc.blocks:
             ok, reason = False, (f"compute-sanitizer memcheck found {mc.errors} error(s): {mc.detail[:300]}"
                                  if mc.status == "errors" else
-                                 f"compute-sanitizer memcheck did not finish cleanly ({mc.detail[:300]}): refused")  # fmt: skip
+                                 f"compute-sanitizer memcheck did not finish cleanly ({mc.detail[:300]}): refused")
     # Faster than physics allows means the measurement or the check was fooled: never publish it.
     impossible = [w.uuid for w, r in zip(workloads, rows, strict=True)
-                  if floors and floors.get(w.uuid) and float(r["candidate_ms"]) < 0.9 * floors[w.uuid]]  # fmt: skip
+                  if floors and floors.get(w.uuid) and float(r["candidate_ms"]) < 0.9 * floors[w.uuid]]
     if impossible:
         ok, reason = False, f"faster than the roofline allows on {', '.join(impossible)}: flagged, not published"
     return GateResult(cand, ok, speed, tuple(rows), reason, correctness, None if mc is None else mc.to_json(),
-                      None if guarded is None else guarded.to_json())  # fmt: skip
+                      None if guarded is None else guarded.to_json())

@@ -34,7 +34,7 @@ DTYPE_BYTES: Mapping[str, float] = {
     "float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
     "int8": 1, "uint8": 1, "bool": 1, "float4_e2m1": 0.5,
-}  # fmt: skip
+}
 # The evaluator keeps several rotating input sets plus the reference's outputs, and a kernel may
 # need its own scratch: a guard shape's inputs and outputs together get an eighth of the GPU.
 GPU_FRACTION = 1 / 8
@@ -74,7 +74,7 @@ class GuardCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "shapes": list(self.rows), "skipped": list(self.skipped),
-                "notes": list(self.notes)}  # fmt: skip
+                "notes": list(self.notes)}
 
 
 def estimate_bytes(definition: Definition, axes: Mapping[str, int]) -> int:
@@ -125,7 +125,7 @@ def _odd(v: int, listed: set[int]) -> int:
 
 
 def derive(definition: Definition, workloads: Sequence[Workload], cap_bytes: float,
-           extra: Sequence[Mapping[str, int]] = ()) -> tuple[tuple[GuardShape, ...], tuple[str, ...]]:  # fmt: skip
+           extra: Sequence[Mapping[str, int]] = ()) -> tuple[tuple[GuardShape, ...], tuple[str, ...]]:
     """Guard shapes for these listed workloads, and a note for each one left out (memory, constraints,
     stored inputs). ``extra``: axis values the configuration adds (``guard_shapes:``)."""
     shapes: list[GuardShape] = []
@@ -146,7 +146,7 @@ def derive(definition: Definition, workloads: Sequence[Workload], cap_bytes: flo
             notes.append(f"{shown} ({why}): not checked, it breaks the definition's constraints")
         elif (nbytes := estimate_bytes(definition, axes)) > cap_bytes:
             notes.append(f"{shown} ({why}): not checked, {_size(nbytes)} of inputs and outputs is over "
-                         f"the {_size(cap_bytes)} cap")  # fmt: skip
+                         f"the {_size(cap_bytes)} cap")
         else:
             uid = "guard-" + hashlib.sha1(json.dumps([definition.name, key]).encode()).hexdigest()[:12]
             shapes.append(GuardShape(Workload(dict(axes), dict(base.inputs), uid), why, nbytes))
@@ -193,7 +193,7 @@ def gpu_bytes() -> int:
     if smi:
         try:
             out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=20, check=True).stdout  # fmt: skip
+                                 capture_output=True, text=True, timeout=20, check=True).stdout
             return int(float(out.split()[0])) << 20
         except (subprocess.SubprocessError, OSError, ValueError, IndexError):
             pass
@@ -201,7 +201,7 @@ def gpu_bytes() -> int:
 
 
 def cap_for(definition: Definition, workloads: Sequence[Workload], device: str,
-            memory: Callable[[], int] = gpu_bytes) -> float:  # fmt: skip
+            memory: Callable[[], int] = gpu_bytes) -> float:
     """The largest guard shape in bytes: a fraction of the GPU's memory, or on the CPU a little more
     than the largest listed workload (the interpreter's cost grows with the size)."""
     if device == "cuda":
@@ -223,7 +223,7 @@ def _timings(outcome: Outcome, uuid: str) -> list[Any]:
 
 
 def check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[GuardShape], es: EvalSettings,
-          home: Callable[..., Outcome], gamma: float, notes: Sequence[str] = ()) -> GuardCheck:  # fmt: skip
+          home: Callable[..., Outcome], gamma: float, notes: Sequence[str] = ()) -> GuardCheck:
     """Times the PR's kernel, the candidate, and the PR's kernel again on the guard shapes (as the gate
     does on the listed ones). Refused: the candidate fails a shape, or is slower there beyond the noise
     (the gate's gamma, or the PR kernel's p90/p10 spread on that shape when wider); a refusal needs the
@@ -233,7 +233,7 @@ def check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Guar
 
 
 def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[GuardShape], es: EvalSettings,
-           home: Callable[..., Outcome], gamma: float) -> GuardCheck:  # fmt: skip
+           home: Callable[..., Outcome], gamma: float) -> GuardCheck:
     if not shapes:
         return GuardCheck(True, "passed")
     by_uuid = {s.workload.uuid: s for s in shapes}
@@ -276,7 +276,7 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
             axes = ", ".join(f"{k}={v}" for k, v in s.workload.axes.items())
             rows = tuple({**shown(x), "verdict": c.status if x is s else "not reached"} for x in pending)
             return GuardCheck(False, f"{c.status} on guard shape {axes} ({s.why}), a shape the configuration does not "
-                              f"list: {c.log[:300]}", rows, tuple(skipped))  # fmt: skip
+                              f"list: {c.log[:300]}", rows, tuple(skipped))
         b2 = run(base)
     rows_out: list[dict[str, Any]] = []
     slower: list[str] = []
@@ -294,15 +294,15 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
         noise = timing_noise(gamma, [x.p90_ms / x.p10_ms for x in bt if x.p10_ms > 0])
         verdict = "slower" if sp * noise < 1.0 else "ok"
         rows_out.append({**shown(s), "baseline_ms": b_slow, "candidate_ms": t.median_ms, "speedup": sp,
-                         "noise": noise, "n": t.n, "verdict": verdict})  # fmt: skip
+                         "noise": noise, "n": t.n, "verdict": verdict})
         if verdict == "slower":
             slower.append(f"{', '.join(f'{k}={v}' for k, v in s.workload.axes.items())} ({sp:.2f}x)")
     if not slower:
         return GuardCheck(True, "passed", tuple(rows_out), tuple(skipped))
     reason = (f"slower than the pull request's kernel beyond the noise on guard shape(s) the configuration does "
-              f"not list: {'; '.join(slower)}")  # fmt: skip
+              f"not list: {'; '.join(slower)}")
     if cand.params:
         # The tuner's setting applies to every shape; a shape-aware rule could keep the win where it holds.
         reason += (f". The tuner's setting ({', '.join(f'{k}={v}' for k, v in cand.params.items())}) could be "
-                   "narrowed to the listed shapes by a shape-aware rule; it was not")  # fmt: skip
+                   "narrowed to the listed shapes by a shape-aware rule; it was not")
     return GuardCheck(False, reason, tuple(rows_out), tuple(skipped))

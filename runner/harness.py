@@ -97,7 +97,7 @@ _TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
     "bool": torch.bool,
-}  # fmt: skip
+}
 for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
     if hasattr(torch, _name):
         _TORCH_DTYPES[_name] = getattr(torch, _name)
@@ -169,22 +169,22 @@ def _check_primitives(_guard: list[Any] = _GUARD) -> None:
         (own, methods, primitives, mine), = _guard
     except (TypeError, ValueError):
         raise CandidateError("RUNTIME_ERROR", "HARNESS_TAMPERED: the harness's own record of itself was "
-                             "changed; a kernel must not touch the harness") from None  # fmt: skip
+                             "changed; a kernel must not touch the harness") from None
     for owner, name, original in primitives:
         if getattr(owner, name, None) is not original:
             where = getattr(owner, "__name__", type(owner).__name__)
             raise CandidateError("RUNTIME_ERROR", f"HARNESS_TAMPERED: the candidate replaced {where}.{name}, which "
-                                 "the harness times and checks with; a kernel must not touch the harness")  # fmt: skip
+                                 "the harness times and checks with; a kernel must not touch the harness")
     for name, (obj, code, defaults) in own:
         if mine.get(name) is not obj or getattr(obj, "__code__", None) is not code or \
-                getattr(obj, "__defaults__", None) is not defaults:  # fmt: skip
+                getattr(obj, "__defaults__", None) is not defaults:
             raise CandidateError("RUNTIME_ERROR", f"HARNESS_TAMPERED: the candidate rebound or rewrote the harness's "
-                                 f"own {name!r}; a kernel must not touch the harness")  # fmt: skip
+                                 f"own {name!r}; a kernel must not touch the harness")
     for (cls, name), (fn, code, defaults) in methods:
         if cls.__dict__.get(name) is not fn or getattr(fn, "__code__", None) is not code or \
-                getattr(fn, "__defaults__", None) is not defaults:  # fmt: skip
+                getattr(fn, "__defaults__", None) is not defaults:
             raise CandidateError("RUNTIME_ERROR", f"HARNESS_TAMPERED: the candidate rewrote the harness's own "
-                                 f"{cls.__name__}.{name}; a kernel must not touch the harness")  # fmt: skip
+                                 f"{cls.__name__}.{name}; a kernel must not touch the harness")
     if _modes() or len(_library_impls) != _IMPLS[0]:
         _check_modes()
 
@@ -196,13 +196,13 @@ def _modes() -> int:
 def _check_modes() -> None:
     if _modes() or any(torch.Tensor.__dict__.get(k) is not v for k, v in _TENSOR_HOOKS.items()):
         raise CandidateError("RUNTIME_ERROR", "LAZY_OUTPUT: the candidate left a torch function or dispatch mode "
-                             "active, which would run its code inside the harness's own copies and checks")  # fmt: skip
+                             "active, which would run its code inside the harness's own copies and checks")
     # A Python kernel for an aten op (torch defines new ops elsewhere: prims/, inductor's) that runs
     # real work; shape-only Meta kernels are harmless.
     new = {k for k in _library_impls if k.startswith("aten/") and not k.endswith("/Meta")} - _ATEN_IMPLS
     if new:
         raise CandidateError("RUNTIME_ERROR", f"LAZY_OUTPUT: the candidate overrides torch's own kernels "
-                             f"({sorted(new)[:3]}), which the harness copies and checks with")  # fmt: skip
+                             f"({sorted(new)[:3]}), which the harness copies and checks with")
     _IMPLS[0] = len(_library_impls)  # its own custom ops are its business
 
 
@@ -212,7 +212,7 @@ def _plain(values: Sequence[Any]) -> None:
     subclass could compute in ``__torch_function__`` when the harness copies it, after the timer;
     so could a mode or an override of torch's kernels left in place: refused before any copy."""
     if _modes() or len(_library_impls) != _IMPLS[0] or any(
-            torch.Tensor.__dict__.get(k) is not v for k, v in _TENSOR_HOOKS.items()):  # fmt: skip
+            torch.Tensor.__dict__.get(k) is not v for k, v in _TENSOR_HOOKS.items()):
         _check_modes()
     for k, v in enumerate(values):
         if type(v) in (int, float, bool):
@@ -220,11 +220,11 @@ def _plain(values: Sequence[Any]) -> None:
         if type(v) is not torch.Tensor:
             raise CandidateError("RUNTIME_ERROR", f"LAZY_OUTPUT: output {k} is a {type(v).__module__}."
                                  f"{type(v).__qualname__}, not a plain torch.Tensor: a call must return its "
-                                 "results, not an object that computes them later")  # fmt: skip
+                                 "results, not an object that computes them later")
         if v.layout != torch.strided or v.is_meta or _wrapped(v) or _functional(v):
             raise CandidateError("RUNTIME_ERROR", f"LAZY_OUTPUT: output {k} is not an ordinary tensor "
                                  f"(layout {v.layout}, device {v.device}, wrapped or functional): a call must "
-                                 "return its results")  # fmt: skip
+                                 "return its results")
 
 
 # --------------------------------------------------------------------------- build
@@ -298,7 +298,7 @@ def _import_tree(req: Mapping[str, Any], src_root: Path) -> tuple[dict[str, tupl
     for name, rs in layout.items():
         if name in _BEFORE:
             warnings.append(f"{name} was imported by the harness itself before the candidate ran; its installed copy "
-                            f"({getattr(sys.modules.get(name), '__file__', None)}) is the one used")  # fmt: skip
+                            f"({getattr(sys.modules.get(name), '__file__', None)}) is the one used")
             continue
         for k in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[k]  # preloaded by a standby child from the installed copy: imported again
@@ -323,13 +323,13 @@ def _foreign(solution: Mapping[str, Any], layout: Mapping[str, Sequence[str]], s
         if os.path.realpath(got) != os.path.realpath(want):
             out.append(f"IMPORT_MISMATCH: the entry point ran {name} from {got}, not the candidate's {f['path']}: "
                        "the installed copy of the package won, so the measurement is not of the candidate. Set "
-                       "`python_path:` in .kernelpro.yml to the folder the repository's code is imported from")  # fmt: skip
+                       "`python_path:` in .kernelpro.yml to the folder the repository's code is imported from")
     return out
 
 
 def _build(solution: Mapping[str, Any], root: Path,
            _check_primitives: Callable[[], None] = _check_primitives,
-           req: Mapping[str, Any] | None = None, warnings: list[str] | None = None) -> Callable[..., Any]:  # fmt: skip
+           req: Mapping[str, Any] | None = None, warnings: list[str] | None = None) -> Callable[..., Any]:
     src_root = root / "src"
     for f in solution["sources"]:
         p = src_root / PurePosixPath(f["path"])
@@ -454,7 +454,7 @@ def trial_seed(base: int, trial: int, uuid: str) -> int:
 
 
 def _trial_inputs(definition: Mapping[str, Any], workload: Mapping[str, Any], base: int, trial: int,
-                  trials: int, device: str) -> list[Any]:  # fmt: skip
+                  trials: int, device: str) -> list[Any]:
     """Fresh seeded inputs per trial. The last trial (of two or more) repeats trial 0 with only the
     second half of every tensor changed: a cache keyed on part of the values returns stale output."""
     uuid = workload["uuid"]
@@ -474,7 +474,7 @@ def _clone(values: Sequence[Any]) -> list[Any]:
 
 
 def _poisoned_outputs(definition: Mapping[str, Any], axes: Mapping[str, int], device: str,
-                      second: bool = False) -> list[torch.Tensor]:  # fmt: skip
+                      second: bool = False) -> list[torch.Tensor]:
     """Outputs filled with a poison in every element, so an element the candidate never writes fails:
     NaN first, a finite odd value the second time (an extreme integer, or its opposite)."""
     outs = []
@@ -505,14 +505,14 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 
 def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor], dps: bool,
-          _plain: Callable[[Sequence[Any]], None] = _plain, _data_ptr: Any = _data_ptr) -> tuple[Any, ...]:  # fmt: skip
+          _plain: Callable[[Sequence[Any]], None] = _plain, _data_ptr: Any = _data_ptr) -> tuple[Any, ...]:
     """One call; what it returns is checked to be results, not promises of them (``_plain``)."""
     if dps:
         where = [(_data_ptr(o), o.shape, o.stride()) for o in outputs]
         fn(*inputs, *outputs)
         if [(_data_ptr(o), o.shape, o.stride()) for o in outputs] != where:
             raise CandidateError("RUNTIME_ERROR", "LAZY_OUTPUT: the call swapped the storage of an output the "
-                                 "harness gave it; it must write its results into that memory")  # fmt: skip
+                                 "harness gave it; it must write its results into that memory")
         _plain(outputs)
         return tuple(outputs)
     got = _as_tuple(fn(*inputs))
@@ -557,7 +557,7 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     entries = []
     for wi, workload in enumerate(req["workloads"]):
         entry: dict[str, Any] = {"uuid": workload["uuid"], "trials": [], "checks": [], "float64": [],
-                                 "checks64": []}  # fmt: skip
+                                 "checks64": []}
 
         def outputs(inputs: list[Any], kind: str, name: str, entry: dict[str, Any] = entry) -> None:
             entry[kind].append(_save(_as_tuple(ref(*_clone(inputs))), workdir / "ref" / f"{name}.kpt"))
@@ -584,7 +584,7 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
 
 def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], wi: int,
                    workdir: Path, _check_primitives: Callable[[], None] = _check_primitives,
-                   _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync) -> dict[str, Any]:  # fmt: skip
+                   _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync) -> dict[str, Any]:
     """Run every trial twice (NaN poison, then a finite one) and save both outputs; then time."""
     definition, device = req["definition"], req["device"]
     dps = req["solution"]["spec"].get("destination_passing_style", True)
@@ -610,7 +610,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                 if isinstance(before, torch.Tensor) and name not in written and not _same(before, after):
                     raise CandidateError("INCORRECT_NUMERICAL", json.dumps(
                         {"input": name, "trial": t, "reason": "the call modified an input, which the "
-                         "definition does not declare as an output"}))  # fmt: skip
+                         "definition does not declare as an output"}))
             runs.append(_save(got, workdir / "out" / f"w{wi}_t{t}_r{int(second)}.kpt"))
         files.append(runs)
     timing_checks: list[str] = []
@@ -665,7 +665,7 @@ class _Channel:
                 return None
             if not chunk:
                 raise CandidateError("RUNTIME_ERROR", "TIMING_PROTOCOL: the parent closed the timing channel "
-                                     "(it refused what this process announced)")  # fmt: skip
+                                     "(it refused what this process announced)")
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
@@ -737,7 +737,7 @@ class _Commits:
         self.kept: dict[int, list[Any]] = {}
 
     def commit(self, i: int, outputs: Sequence[Any], _record: Any = _record, _Event: Any = _Event,
-               _digest: Any = _digest) -> None:  # fmt: skip
+               _digest: Any = _digest) -> None:
         self.slots[i] = outputs
         if self.channel is None:
             self.answered.add(i)
@@ -753,14 +753,14 @@ class _Commits:
         self.pending.append((i, sums, scalars, event))
 
     def pump(self, wait_for: int | None = None, _query: Any = _query, _event_sync: Any = _event_sync,
-             _snapshot: Any = _snapshot) -> None:  # fmt: skip
+             _snapshot: Any = _snapshot) -> None:
         """Send the digests that are ready and take the answers that came; with ``wait_for``, block
         until the parent has answered for that call."""
         if self.channel is None:
             return
         while True:
             while self.pending and (self.pending[0][3] is None or _query(self.pending[0][3])
-                                    or (wait_for is not None and self.pending[0][0] <= wait_for)):  # fmt: skip
+                                    or (wait_for is not None and self.pending[0][0] <= wait_for)):
                 i, sums, scalars, event = self.pending.pop(0)
                 if event is not None:
                     _event_sync(event)
@@ -790,7 +790,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
           _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call, _record: Any = _record,
           _elapsed: Any = _elapsed, _synchronize: Any = _synchronize, _perf_counter: Any = _perf_counter,
           _gpu_sleep: Any = _gpu_sleep, _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot,
-          _summary: Any = _summary, _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:  # fmt: skip
+          _summary: Any = _summary, _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:
     """Median of per-call times (each call, or with ``timing.graphs`` each CUDA graph replay of it).
 
     Inputs rotate among buffer sets re-randomised in place before every call (same pointers, new
@@ -891,7 +891,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
 
 
 def graph_of(fn: Callable[..., Any], calls: Sequence[tuple[list[Any], list[Any]]], dps: bool,
-             _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call) -> tuple[Any, tuple[Any, ...]]:  # fmt: skip
+             _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call) -> tuple[Any, tuple[Any, ...]]:
     """``calls`` (inputs, outputs), in order, captured as one CUDA graph after a warm-up of the same
     calls on a side stream (as capture asks): the graph and what its last call returns. Raises what
     the capture raised (a candidate that synchronises, copies to the host, ...)."""
@@ -911,7 +911,7 @@ def graph_of(fn: Callable[..., Any], calls: Sequence[tuple[list[Any], list[Any]]
 
 
 def _capture(fn: Callable[..., Any], sets: Sequence[tuple[list[Any], list[torch.Tensor]]],
-             dps: bool) -> list[tuple[Any, tuple[Any, ...]]] | str:  # fmt: skip
+             dps: bool) -> list[tuple[Any, tuple[Any, ...]]] | str:
     """One CUDA graph per (input set, output slot) (a call on those pointers) and the outputs it
     writes, or why the candidate could not be captured (it synchronises, copies to the host, uses a
     side stream, ...). Replays leave out the host's launch overhead: the GPU time of the call alone."""
@@ -972,7 +972,7 @@ def _limit_memory(megabytes: int) -> str:
         import resource
 
         used_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                       if line.startswith("VmData:"))  # fmt: skip
+                       if line.startswith("VmData:"))
         limit = used_kb * 1024 + megabytes * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         return f"RLIMIT_DATA {limit // 2**20} MiB ({megabytes} MiB above start-up)"
@@ -1033,7 +1033,7 @@ def _calibrate(req: Mapping[str, Any], workdir: Path) -> None:
     for wi, workload in enumerate(req["workloads"]):
         fixed = _poisoned_outputs(req["definition"], workload["axes"], req["device"])
         _time((lambda *a: None) if dps else (lambda *a, f=tuple(fixed): f), req, workload, req["device"], dps,
-              (workdir / "out", wi, []), kind="cal")  # fmt: skip
+              (workdir / "out", wi, []), kind="cal")
 
 
 def _timed_build(req: Mapping[str, Any], workdir: Path) -> tuple[Callable[..., Any] | None, dict[str, Any]]:
@@ -1059,7 +1059,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     # Under CUDA the driver's own private mappings could count against RLIMIT_DATA; there the
     # parent's resident-memory watchdog (runner/sandbox.py) is the limit.
     result["environment"]["memory_limit"] = (_limit_memory(int(req.get("memory_limit_mb", 0))) if device == "cpu"
-                                             else "no RLIMIT_DATA under CUDA")  # fmt: skip
+                                             else "no RLIMIT_DATA under CUDA")
     t0 = _perf_counter()
     before = early[1]["seconds"] if early else 0.0
     phases = result["phases"] = {"startup": t0 - _STARTED - before, "verify": 0.0, "time": 0.0}
@@ -1076,7 +1076,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
             _calibrate(req, workdir)
         except BaseException:
             result["build"] = {"status": "RUNTIME_ERROR", "log": "the harness's calibration failed:\n"
-                               + _tail(traceback.format_exc()), "seconds": 0.0}  # fmt: skip
+                               + _tail(traceback.format_exc()), "seconds": 0.0}
             return result
         phases["calibrate"] = _perf_counter() - t1
     built, result["build"] = early or _timed_build(req, workdir)

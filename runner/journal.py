@@ -82,7 +82,7 @@ class Journal:
     def append(self, candidate: Candidate, outcome: Outcome, index: int | None = None) -> Entry:
         e = Entry(self.reserve() if index is None else index, candidate, outcome, self.context)
         append_jsonl(self.path, [{"index": e.index, "context": e.context, "key": candidate.key,
-                                  "candidate": candidate.to_json(), "outcome": outcome.to_json()}])  # fmt: skip
+                                  "candidate": candidate.to_json(), "outcome": outcome.to_json()}])
         self._entries[candidate.key] = e
         self._order.append(e)
         return e

@@ -51,7 +51,7 @@ SCALAR_TYPES: Mapping[str, type[ctypes._SimpleCData[Any]]] = {
     "uint16_t": ctypes.c_uint16, "char": ctypes.c_int8, "int8_t": ctypes.c_int8,
     "signed char": ctypes.c_int8, "unsigned char": ctypes.c_uint8, "uint8_t": ctypes.c_uint8,
     "bool": ctypes.c_bool, "float": ctypes.c_float, "double": ctypes.c_double,
-}  # fmt: skip
+}
 _INTEGER_TYPES = {k for k, v in SCALAR_TYPES.items() if v not in (ctypes.c_float, ctypes.c_double, ctypes.c_bool)}
 # Element types a pointer to a tensor of each dtype may be declared with (vector types included:
 # a kernel that reads float4 through a float32 tensor is the usual way to get 128-bit loads).
@@ -79,7 +79,7 @@ SCALAR_FOR_DTYPE: Mapping[str, tuple[str, ...]] = {
     "uint8": ("uint8_t", "unsigned char", "int"),
     "int64": ("long long", "int64_t", "long", "int", "int32_t"), "int32": ("int", "int32_t"),
     "int16": ("short", "int", "int16_t"), "int8": ("int8_t", "int", "char"), "bool": ("bool", "int"),
-}  # fmt: skip
+}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -175,7 +175,7 @@ class Launch:
                 "shared_mem": self.shared_mem, "args": [a.declaration() for a in self.args],
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
                 "shapes": {k: None if v is None else list(v) for k, v in self.shapes.items()},
-                "dtypes": dict(self.dtypes), "constants": dict(self.constants)}  # fmt: skip
+                "dtypes": dict(self.dtypes), "constants": dict(self.constants)}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Launch:
@@ -199,7 +199,7 @@ class Launch:
         """Axis values read off the tensors the harness passes (positional, in `call` order)."""
         if len(values) != len(self.call):
             raise LaunchError(f"{self.kernel}: called with {len(values)} arguments, expected {len(self.call)} "
-                              f"({', '.join(self.call)})")  # fmt: skip
+                              f"({', '.join(self.call)})")
         axes = dict(self.constants)
         for name, v in zip(self.call, values, strict=True):
             dims = self.shapes.get(name)
@@ -243,15 +243,15 @@ def _check_expression(text: str) -> ast.Expression:
     except SyntaxError as e:
         raise LaunchError(f"{text!r} is not an expression ({e.msg})") from None
     allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call,
-               ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd)  # fmt: skip
+               ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd)
     for node in ast.walk(tree):
         if isinstance(node, ast.Div):
             raise LaunchError(f"{text!r} divides with '/'; sizes are integers: use // to round down or cdiv(a, b) to round up")
         if not isinstance(node, allowed) or (isinstance(node, ast.Constant) and
-                                             (isinstance(node.value, bool) or not isinstance(node.value, int))):  # fmt: skip
+                                             (isinstance(node.value, bool) or not isinstance(node.value, int))):
             raise LaunchError(f"{text!r} may only use integers, names, + - * // % and {', '.join(FUNCTIONS)}")
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS
-                                               and not node.keywords):  # fmt: skip
+                                               and not node.keywords):
             raise LaunchError(f"{text!r} calls something other than {', '.join(FUNCTIONS)}")
     return tree
 
@@ -275,7 +275,7 @@ def evaluate(text: str, names: Mapping[str, int]) -> int:
         if isinstance(node, ast.Name):
             if node.id not in names:
                 raise LaunchError(f"{text!r} uses {node.id!r}, which is neither an axis nor an integer constant "
-                                  f"of the kernel source (known: {', '.join(sorted(names)) or 'none'})")  # fmt: skip
+                                  f"of the kernel source (known: {', '.join(sorted(names)) or 'none'})")
             return int(names[node.id])
         if isinstance(node, ast.UnaryOp):
             v = ev(node.operand)
@@ -338,11 +338,11 @@ def parse_arg(text: str, tensors: Mapping[str, tuple[str, bool]], axes: Sequence
             raise LaunchError(f"{text!r}: pointers to pointers cannot be passed from a tensor")
     elif base not in SCALAR_TYPES and not (name in tensors and not tensors[name][0].startswith("scalar:")):
         raise LaunchError(f"{text!r}: unknown C type {base!r}; use a pointer for tensors or one of "
-                          f"{', '.join(sorted(SCALAR_TYPES))}")  # fmt: skip
+                          f"{', '.join(sorted(SCALAR_TYPES))}")
     if value is not None:
         if name in tensors or name in axes:
             raise LaunchError(f"{text!r}: {name} is a definition {'tensor' if name in tensors else 'axis'}, "
-                              "its value comes from there; drop '= ...' or rename the parameter")  # fmt: skip
+                              "its value comes from there; drop '= ...' or rename the parameter")
         if pointer or base not in _INTEGER_TYPES:
             raise LaunchError(f"{text!r}: a computed value must have an integer type such as int or long long")
         expression_names(value)
@@ -357,11 +357,11 @@ def parse_arg(text: str, tensors: Mapping[str, tuple[str, bool]], axes: Sequence
             return KernelArg(name, ctype, "scalar")
         if not pointer:
             raise LaunchError(f"{text!r}: {name} is a {dtype} tensor; declare it as a pointer, e.g. "
-                              f"'{'' if is_output else 'const '}{POINTEE.get(dtype, ('void',))[0]}* {name}'")  # fmt: skip
+                              f"'{'' if is_output else 'const '}{POINTEE.get(dtype, ('void',))[0]}* {name}'")
         pointee = base[:-1].strip()
         if pointee != "void" and pointee not in POINTEE.get(dtype, ()):
             raise LaunchError(f"{text!r}: {name} holds {dtype}, but the pointer is to {pointee}; use "
-                              f"{' or '.join(POINTEE.get(dtype, ('void',)))} (or void)")  # fmt: skip
+                              f"{' or '.join(POINTEE.get(dtype, ('void',)))} (or void)")
         if is_output and ctype.startswith("const "):
             raise LaunchError(f"{text!r}: {name} is an output; the kernel writes it, so it cannot be const")
         return KernelArg(name, ctype, "tensor")
@@ -371,12 +371,12 @@ def parse_arg(text: str, tensors: Mapping[str, tuple[str, bool]], axes: Sequence
         return KernelArg(name, ctype, "axis")
     known = ", ".join([*tensors, *axes])
     raise LaunchError(f"{text!r}: {name} is neither a tensor nor an axis of the definition ({known}); name one "
-                      f"of them, or give it a value: '{ctype} {name} = M * N'")  # fmt: skip
+                      f"of them, or give it a value: '{ctype} {name} = M * N'")
 
 
 def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence[str],
                  shapes: Mapping[str, tuple[str, ...] | None], dtypes: Mapping[str, str],
-                 constants: Mapping[str, int]) -> tuple[Launch | None, list[Problem]]:  # fmt: skip
+                 constants: Mapping[str, int]) -> tuple[Launch | None, list[Problem]]:
     """Validate a target's `launch` mapping against its definition; every problem is collected.
 
     ``shapes`` maps each input and output to its axis names (None for a scalar input), ``dtypes``
@@ -385,7 +385,7 @@ def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence
     if not isinstance(raw, Mapping):
         return None, [Problem((), f"expected a mapping, got {raw!r}",
                               'write launch: {grid: ["cdiv(M * N, BLOCK_SIZE)"], block: [BLOCK_SIZE], '
-                              'args: ["const float* x", "float* y", "int n = M * N"]}')]  # fmt: skip
+                              'args: ["const float* x", "float* y", "int n = M * N"]}')]
     allowed = ("grid", "block", "shared_mem", "args")
     for k in raw:
         if k not in allowed:
@@ -396,14 +396,14 @@ def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence
                 "grid": 'add grid: ["cdiv(M * N, BLOCK_SIZE)"] (1 to 3 expressions: x, y, z)',
                 "block": "add block: [BLOCK_SIZE] (1 to 3 expressions: x, y, z)",
                 "args": 'add args: the kernel parameters in order, e.g. ["const float* x", "float* y", "int n = M * N"]',
-            }[k]))  # fmt: skip
+            }[k]))
 
     def dims(key: str) -> tuple[str, ...]:
         v = raw.get(key)
         items = v if isinstance(v, list) else [v]
         if not 1 <= len(items) <= 3:
             problems.append(Problem((key,), f"expected 1 to 3 sizes (x, y, z), got {len(items)}",
-                                    f"write {key}: [x] or [x, y] or [x, y, z]"))  # fmt: skip
+                                    f"write {key}: [x] or [x, y] or [x, y, z]"))
             return ()
         out = []
         for i, item in enumerate(items):
@@ -424,7 +424,7 @@ def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence
     smem_text = "0"
     if isinstance(smem, bool) or not isinstance(smem, (int, str)):
         problems.append(Problem(("shared_mem",), f"expected bytes as an integer expression, got {smem!r}",
-                                'write e.g. shared_mem: "BLOCK_SIZE * 4"'))  # fmt: skip
+                                'write e.g. shared_mem: "BLOCK_SIZE * 4"'))
     else:
         try:
             expression_names(str(smem))
@@ -440,7 +440,7 @@ def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence
     raw_args = raw.get("args", [])
     if not isinstance(raw_args, list) or ("args" in raw and not raw_args):
         problems.append(Problem(("args",), "expected a non-empty list of parameter declarations",
-                                'write args: ["const float* x", "float* y", "int n = M * N"]'))  # fmt: skip
+                                'write args: ["const float* x", "float* y", "int n = M * N"]'))
         raw_args = []
     seen: set[str] = set()
     for i, text in enumerate(raw_args):
@@ -457,11 +457,11 @@ def parse_launch(raw: Any, kernel: str, inputs: Sequence[str], outputs: Sequence
         missing = [n for n in outputs if n not in seen]
         if missing:
             problems.append(Problem(("args",), f"outputs {', '.join(missing)} are not passed to the kernel, so it "
-                                    "cannot write them", f"add e.g. 'float* {missing[0]}' where the kernel takes it"))  # fmt: skip
+                                    "cannot write them", f"add e.g. 'float* {missing[0]}' where the kernel takes it"))
     if problems:
         return None, problems
     return Launch(kernel, grid, block, smem_text, tuple(args), tuple(inputs), tuple(outputs),
-                  {n: None if s is None else tuple(s) for n, s in shapes.items()}, dict(dtypes), dict(constants)), []  # fmt: skip
+                  {n: None if s is None else tuple(s) for n, s in shapes.items()}, dict(dtypes), dict(constants)), []
 
 
 # --------------------------------------------------------------------------- packing
@@ -480,7 +480,7 @@ def _tensor_pointer(name: str, value: Any) -> int:
 
 
 def pack(args: Sequence[KernelArg], values: Mapping[str, Any], names: Mapping[str, int]
-         ) -> tuple[ctypes.Array[ctypes.c_void_p], list[Any]]:  # fmt: skip
+         ) -> tuple[ctypes.Array[ctypes.c_void_p], list[Any]]:
     """The ``kernelParams`` array of cuLaunchKernel: one pointer per parameter to storage of exactly
     the declared C type. Returns (array, storage); keep the storage alive until the launch returns."""
     storage: list[Any] = []
@@ -504,7 +504,7 @@ def pack(args: Sequence[KernelArg], values: Mapping[str, Any], names: Mapping[st
         v = int(raw)
         bits = ctypes.sizeof(ctype) * 8
         lo, hi = (0, 2**bits - 1) if ctype in (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64) \
-            else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)  # fmt: skip
+            else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
         if ctype is ctypes.c_bool:
             lo, hi = 0, 1
         if not lo <= v <= hi:

@@ -79,7 +79,7 @@ def module_of(path: str, layout: Mapping[str, Sequence[str]]) -> str | None:
 def _git(checkout: Path, *args: str, stdin: bytes | None = None) -> bytes | None:
     try:
         p = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C", str(checkout),
-                            *args], capture_output=True, timeout=120, input=stdin)  # fmt: skip
+                            *args], capture_output=True, timeout=120, input=stdin)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return p.stdout if p.returncode == 0 else None

@@ -57,18 +57,18 @@ def _first_errors(log: str, limit: int = 1200) -> str:
 
 
 def memcheck(definition: Definition, solution: Solution, workloads: Sequence[Workload], es: EvalSettings,
-             cache: Path | None) -> Memcheck:  # fmt: skip
+             cache: Path | None) -> Memcheck:
     tool = find_sanitizer()
     if tool is None:
         return Memcheck("not run", detail="compute-sanitizer not found (install the CUDA toolkit or set "
-                        "KERNELPRO_COMPUTE_SANITIZER)")  # fmt: skip
+                        "KERNELPRO_COMPUTE_SANITIZER)")
     wrapper = [tool, "--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), "--target-processes",
-               "application-only", "--print-limit", "10", "--show-backtrace", "device"]  # fmt: skip
+               "application-only", "--print-limit", "10", "--show-backtrace", "device"]
     req = {**_request(definition, solution, workloads, Tolerance(), es), "mode": "memcheck"}
     # Without torch's caching allocator every tensor is an allocation of its own, so a read just past
     # a tensor's end is outside any allocation memcheck knows of (inside a cached segment it is not).
     child = run_child(req, timeout_s=es.timeout_s, device=es.device, cache_dir=cache, wrapper=wrapper,
-                      isolate=es.isolate_network, variables={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})  # fmt: skip
+                      isolate=es.isolate_network, variables={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
     found = _SUMMARY.findall(child.log)
     errors = int(found[-1]) if found else 0
     if errors or (child.status == "CRASHED" and f"exit code {ERROR_EXIT}" in child.log):

@@ -58,14 +58,14 @@ class Observation:
         c, p = self.child, self.parent
         out: dict[str, Any] = {"evaluation": self.index, "mode": c.candidate.mode,
                                "change": (c.candidate.note or c.candidate.solution.name)[:300],
-                               "status": c.outcome.status}  # fmt: skip
+                               "status": c.outcome.status}
         if c.outcome.passed:
             out["speedup_vs_baseline"] = round(c.speedup, 4)
         else:
             out["error"] = _first_error_line(c.outcome.log)
         if p is not None:
             out["parent"] = {"change": (p.candidate.note or "")[:300], "status": p.outcome.status,
-                             "speedup_vs_baseline": round(p.speedup, 4)}  # fmt: skip
+                             "speedup_vs_baseline": round(p.speedup, 4)}
         if self.findings:
             out["findings"] = [f"[{f.severity}] {f.title} ({f.tool})" for f in self.findings]
         return out
@@ -75,7 +75,7 @@ class Extractor(Protocol):
     """Turns one iteration's observations into new entries per section; raises on any failure."""
 
     def __call__(self, observations: Sequence[Observation], memory: Mapping[str, Sequence[str]]
-                 ) -> Mapping[str, Sequence[str]]: ...  # fmt: skip
+                 ) -> Mapping[str, Sequence[str]]: ...
 
 
 def clean(text: object) -> str:
@@ -158,7 +158,7 @@ class SearchMemory:
             from .trace import append_jsonl
 
             append_jsonl(self.journal, [{"context": self.context, "section": section, "text": text,
-                                         "evaluation": evaluation, "by": by}])  # fmt: skip
+                                         "evaluation": evaluation, "by": by}])
         mine = [e for e in self.entries if e.section == section]
         if len(mine) > MAX_SECTION_ENTRIES:
             self.entries.remove(mine[0])
@@ -185,7 +185,7 @@ class SearchMemory:
         except Exception as e:  # an extraction is advice: whatever goes wrong, the search goes on
             self.extraction_failures += 1
             log.warning("search memory: the extraction call failed (%s: %s); using the rules for evaluations %s",
-                        type(e).__name__, str(e)[:300], ", ".join(str(o.index) for o in batch))  # fmt: skip
+                        type(e).__name__, str(e)[:300], ", ".join(str(o.index) for o in batch))
             for o in batch:
                 self._rules(o.index, o.child, o.parent, o.findings)
             return
@@ -202,7 +202,7 @@ class SearchMemory:
             self.add("errors_corrections", f"{what} ({detail})" if detail else what, index)
         elif parent is not None and not parent.outcome.passed:
             self.add("errors_corrections", f"fixed {parent.outcome.status} of '{parent.candidate.note}' with: {note}",
-                     index)  # fmt: skip
+                     index)
         elif parent is not None and parent.speedup > 0:
             ratio = child.speedup / parent.speedup
             step = f"{note}: {parent.speedup:.2f}x -> {child.speedup:.2f}x"
@@ -218,7 +218,7 @@ class SearchMemory:
     def key_files(self, files: Iterable[str], entry_point: str, index: int = 0) -> None:
         for f in files:
             self.add("key_files", f"{f}" + (f" (entry point {entry_point})" if entry_point.startswith(f + "::") else ""),
-                     index)  # fmt: skip
+                     index)
 
     def render(self) -> str:
         """Markdown for prompts: the latest entries of each section (after extracting what is queued)."""

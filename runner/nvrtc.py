@@ -26,7 +26,7 @@ NVRTC_FLAGS: tuple[str, ...] = ("--std=c++17", "--generate-line-info", "--ptxas-
 def find_nvrtc() -> str | None:
     """libnvrtc from $CUDA_HOME / /usr/local/cuda, the nvidia-cuda-nvrtc wheel, or the loader's path."""
     patterns = [f"{home}/lib64/libnvrtc.so*" for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-                                                          "/usr/local/cuda") if home]  # fmt: skip
+                                                          "/usr/local/cuda") if home]
     try:
         spec = importlib.util.find_spec("nvidia")
     except (ImportError, ValueError):
@@ -67,7 +67,7 @@ def _strings(items: Sequence[str]) -> ctypes.Array[ctypes.c_char_p]:
 
 
 def compile_cubin(path: str, source: str, name: str, arch: str, include_dirs: Sequence[Path],
-                  flags: Sequence[str] = NVRTC_FLAGS) -> tuple[bytes | None, str, bool]:  # fmt: skip
+                  flags: Sequence[str] = NVRTC_FLAGS) -> tuple[bytes | None, str, bool]:
     """(the cubin or None; NVRTC's log; whether a failure is the source's fault, hence cacheable)."""
     lib = _lib(path)
     prog = ctypes.c_void_p()

@@ -89,15 +89,15 @@ def resolve(settings: RunSettings, target: Target, head_checkout: Path, out_dir:
     ev = settings.evaluation
     evaluation = replace(ev, timeout_s=target.budget.timeout_s,
                          cache_dir=out_dir / ".triton-cache" if ev.cache_dir is None else ev.cache_dir,
-                         context=ev.context or target.context(head_checkout))  # fmt: skip
+                         context=ev.context or target.context(head_checkout))
     return replace(settings, evaluation=evaluation,
-                   profiling=replace(settings.profiling, timeout_s=target.budget.profile_timeout_s))  # fmt: skip
+                   profiling=replace(settings.profiling, timeout_s=target.budget.profile_timeout_s))
 
 
 def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer, settings: RunSettings,
              *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
              clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None,
-             pool: Pool | None = None, meter: Meter | None = None) -> Result:  # fmt: skip
+             pool: Pool | None = None, meter: Meter | None = None) -> Result:
     """``clock`` (seconds, monotonic) measures the wall-time budget; tests pass their own. ``extractor``
     keeps the search memory by an LLM call per iteration (None: by rules). ``pool``: one evaluation
     worker per GPU when there are several. ``meter`` measures energy (runner.energy.nvml_meter on
@@ -105,7 +105,7 @@ def optimize(target: Target, head_checkout: Path, out_dir: Path, programmer: Pro
     with contextlib.ExitStack() as after:  # however the run ends, last in first out:
         after.callback(cool)  # no warm fork server outlives it
         run = Run(target, head_checkout, out_dir, programmer, settings, base_solution=base_solution,
-                  progress=progress, clock=clock, extractor=extractor, pool=pool, meter=meter)  # fmt: skip
+                  progress=progress, clock=clock, extractor=extractor, pool=pool, meter=meter)
         after.callback(run.close)  # nor a standby profiler
         return run.run()
 
@@ -120,7 +120,7 @@ class Run:
     def __init__(self, target: Target, head_checkout: Path, out_dir: Path, programmer: Programmer,
                  settings: RunSettings, *, base_solution: Solution | None = None, progress: ProgressFn | None = None,
                  clock: Callable[[], float] = time.perf_counter, extractor: Extractor | None = None,
-                 pool: Pool | None = None, meter: Meter | None = None) -> None:  # fmt: skip
+                 pool: Pool | None = None, meter: Meter | None = None) -> None:
         self.t0 = clock()
         out_dir.mkdir(parents=True, exist_ok=True)
         self.target, self.head_checkout, self.out_dir, self.programmer = target, head_checkout, out_dir, programmer
@@ -140,7 +140,7 @@ class Run:
             "tolerance": [tol.atol, tol.rtol, *([[(n, t.atol, t.rtol) for n, t in tol.outputs]] if tol.outputs else [])],
             "device": self.device, "trials": es.trials,
             "seed": es.seed, "evaluator": EVALUATOR_VERSION,  # verdicts of an older evaluator are not resumed
-        })  # fmt: skip
+        })
         self.journal = Journal(out_dir / "journal.jsonl", ctx_key)
         self.resumed = len(self.journal)
         self.deadline = self.t0 + target.budget.minutes * 60
@@ -165,7 +165,7 @@ class Run:
         self.proxies: dict[str, ProxyEnergy] = {}
         self.profile_seconds = 0.0
         self.memory = SearchMemory(enabled=s.memory, extractor=extractor, context=ctx_key,
-                                   journal=out_dir / "memory.jsonl" if extractor is not None else None)  # fmt: skip
+                                   journal=out_dir / "memory.jsonl" if extractor is not None else None)
         self.restored = 0
         self.halted: str | None = None
         """Why the programmer cannot go on (a PluginError): the search stops, keeping what it found."""
@@ -206,7 +206,7 @@ class Run:
         versus = None
         if self.base_branch is not None and self.base_branch.outcome.passed and baseline.outcome.passed:
             versus = versus_base(self.target, self.head, self.base_branch.candidate, self.workloads, self.settings,
-                                 self.schedule)  # fmt: skip
+                                 self.schedule)
         if winner is not None:
             self.profile(winner.candidate)
         return self.finish(stop, winner, gates, energy, versus)
@@ -225,7 +225,7 @@ class Run:
         self.evaluated.append(scored)
         self.prints.setdefault(fingerprint(cand.solution), cand.key)
         append_jsonl(self.trace_path, [t.to_json() for t in traces(self.target.definition, cand.solution,
-                                                                   self.workloads, for_trace(outcome))])  # fmt: skip
+                                                                   self.workloads, for_trace(outcome))])
         if outcome.passed:
             self.best = max(self.best, speed)
         if self.progress:
@@ -259,7 +259,7 @@ class Run:
         with self.schedule.exclusive() if self.schedule is not None else contextlib.nullcontext():
             prof, secs = profile_candidate(self.target.definition, cand.solution, self.workloads, self.es,
                                            self.settings.profiling, self._recorded_timeline(cand.key),
-                                           self._triton_cache(cand), self._next_standby())  # fmt: skip
+                                           self._triton_cache(cand), self._next_standby())
         self._refill()
         self.profile_seconds += secs
         self._analyze(cand.key, prof, secs)
@@ -272,13 +272,13 @@ class Run:
         try:
             cands = self._distinct(self.programmer.propose(parent, mode, n, self._context(
                 feedback=text, findings=findings, profile=prof, memory=self.memory.render(),
-                energy_notes=self._energy_notes(parent.candidate.key))))  # fmt: skip
+                energy_notes=self._energy_notes(parent.candidate.key))))
             if self.builds is not None:
                 new = [c for c in cands if self.journal.get(c.key) is None and self.rejection(c) is None]
                 self.builds.submit([c.solution for c in new], [cache_root(self._triton_cache(c)) for c in new])
             if self.schedule is not None:
                 self.schedule.submit([c for c in cands[: max(0, self.budget - len(self.evaluated))]
-                                      if self.rejection(c) is None], self._pool_eval())  # fmt: skip
+                                      if self.rejection(c) is None], self._pool_eval())
             return cands
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
@@ -292,7 +292,7 @@ class Run:
         history = self._resume()
         try:
             get_strategy(self.settings.search)(self.baseline, self.propose, self.evaluate, self.settings.per_step,
-                                               history)  # fmt: skip
+                                               history)
         finally:
             if self.builds is not None:
                 self.builds.close()
@@ -302,7 +302,7 @@ class Run:
         s = self.settings
         # Active: the reward (speed, then the proxy within the noise) orders the gate; otherwise speed alone.
         ranked = sorted((x for x in self.evaluated[1:] if x.outcome.passed and x.speedup > 1.0),
-                        key=lambda x: -(x.reward if self.active else x.speedup))  # fmt: skip
+                        key=lambda x: -(x.reward if self.active else x.speedup))
         gates: list[GateResult] = []
         passing: list[GateResult] = []
         first_speed = 0.0
@@ -324,18 +324,18 @@ class Run:
                 passing.append(g)
                 first_speed = first_speed or x.speedup
         winner, energy = decide(s.energy, self.target, self.head.solution, passing, self.workloads, self.meter,
-                                self.noise, self.eps, self.proxies)  # fmt: skip
+                                self.noise, self.eps, self.proxies)
         return winner, tuple(gates), energy
 
     def finish(self, stop: str, winner: GateResult | None = None, gates: tuple[GateResult, ...] = (),
-               energy: EnergyOutcome | None = None, versus: BaseComparison | None = None) -> Result:  # fmt: skip
+               energy: EnergyOutcome | None = None, versus: BaseComparison | None = None) -> Result:
         """The Result, and the results directory's files."""
         target, out_dir, baseline = self.target, self.out_dir, self.baseline
         memory, programmer = tuple(self.memory.to_json()), usage(self.programmer)
         result = Result(target, self.device, baseline, tuple(self.evaluated), winner, gates, self.base_branch, stop,
                         self.clock() - self.t0, self.resumed, self.journal.skipped_lines, self.stage1,
                         dict(self.analyses), self.profile_seconds, memory, energy, self.duplicates, versus,
-                        dict(programmer))  # fmt: skip
+                        dict(programmer))
         best = winner.candidate.solution if winner else baseline.candidate.solution
         (out_dir / "solution.json").write_text(dump_json(best.to_json()))
         # The definition and workloads beside the solution make the report's reproduction command work.
@@ -357,7 +357,7 @@ class Run:
         screened, every programmer's candidate is, before it is built or run."""
         if cand.key not in self.rejections:
             self.rejections[cand.key] = screen_check(cand.solution, self.head.solution,
-                                                     self.target.definition.reference, self.target.language)  # fmt: skip
+                                                     self.target.definition.reference, self.target.language)
         return self.rejections[cand.key]
 
     def _measure(self, cand: Candidate, may_profile: bool = True) -> Outcome:
@@ -370,7 +370,7 @@ class Run:
             return self.schedule.result(cand)
         outcome = evaluate(self.target.definition, cand.solution, self.workloads, self.target.tolerance,
                            replace(self.es, cache_dir=self._triton_cache(cand), timeline=self.timelines and may_profile,
-                                   timeline_bar=self._timeline_bar()))  # fmt: skip
+                                   timeline_bar=self._timeline_bar()))
         self.journal.append(cand, outcome)
         return outcome
 
@@ -401,7 +401,7 @@ class Run:
         # A batch's bar is the one of its proposal: a candidate that clears it but is beaten by
         # another of the same batch records a timeline it will not need, never the reverse.
         return TargetEval(self.target.definition, self.workloads, self.target.tolerance,
-                          replace(self.es, timeline=self.timelines, timeline_bar=self._timeline_bar()))  # fmt: skip
+                          replace(self.es, timeline=self.timelines, timeline_bar=self._timeline_bar()))
 
     def _measure_base_branch(self) -> Scored | None:
         if self.base_solution is None or self.base_solution.content_hash() == self.head.key:
@@ -416,7 +416,7 @@ class Run:
         if is_reference_failure(outcome.log):  # the judge failed, not the kernel it judges
             last = ([ln for ln in outcome.log.strip().splitlines() if ln.strip()] or [""])[-1].strip()
             return (f"configuration error, not the pull request's kernel: the definition's reference fails on a "
-                    f"workload ({last[:300]}); correct `reference` in .kernelpro.yml")  # fmt: skip
+                    f"workload ({last[:300]}); correct `reference` in .kernelpro.yml")
         return f"the pull request's kernel fails verification ({outcome.status}); nothing to optimize"
 
     # -- the processes that start ahead of their use
@@ -430,11 +430,11 @@ class Run:
         # is evaluated: started after it, the baseline's profile waited for Liger's 12 s of imports.
         t, es = self.target, self.es
         self.standbys = (self.device == "cuda" and self.settings.feedback != "none" and self.schedule is None
-                         and reference_ready(t.definition, self.head.solution, self.workloads, t.tolerance, es))  # fmt: skip
+                         and reference_ready(t.definition, self.head.solution, self.workloads, t.tolerance, es))
         self._refill()
         # The target's warm fork server (runner/preload.py), like a standby only once the reference is in memory.
         if es.fork_server and es.warm_server and self.schedule is None and (
-                self.standbys or reference_ready(t.definition, self.head.solution, self.workloads, t.tolerance, es)):  # fmt: skip
+                self.standbys or reference_ready(t.definition, self.head.solution, self.workloads, t.tolerance, es)):
             start_warm(t.name, self.head.solution, es.context, self.device, blocked=(str(self.head_checkout),))
 
     def _refill(self) -> None:
@@ -455,7 +455,7 @@ class Run:
         if self.settings.feedback != "none":
             base_prof, secs = profile_candidate(t.definition, head.solution, self.workloads, self.es,
                                                 self.settings.profiling, self._recorded_timeline(head.key),
-                                                self._triton_cache(head), self._next_standby())  # fmt: skip
+                                                self._triton_cache(head), self._next_standby())
             self._refill()
             self.profile_seconds += secs
         outcome = self.baseline.outcome
@@ -463,7 +463,7 @@ class Run:
             t.definition, self.workloads, flops=t.flops, nbytes=t.bytes,
             ceilings=default_ceilings(str(outcome.environment.get("hardware", "")), dtypes),
             measured_ms={w.uuid: outcome.latency(w.uuid) for w in self.workloads}, profile=base_prof,
-        )  # fmt: skip
+        )
         if base_prof is not None:
             self._analyze(head.key, base_prof, secs)
 
@@ -475,7 +475,7 @@ class Run:
         if self.active and (e := proxy(prof)) is not None:
             self.proxies[key] = e
         append_jsonl(self.out_dir / "profiles.jsonl", [{"key": key, "seconds": round(secs, 2), "stages": dict(prof.stages),
-                                                       "notes": list(prof.notes), "findings": [f.to_json() for f in analysis.findings]}])  # fmt: skip
+                                                       "notes": list(prof.notes), "findings": [f.to_json() for f in analysis.findings]}])
 
     def _recorded_timeline(self, key: str) -> Timeline | None:
         hit = self.journal.get(key)
@@ -515,7 +515,7 @@ class Run:
                        device=self.device, gpu_name=str(baseline.outcome.environment.get("hardware", "")),
                        bottleneck=self.stage1.bottleneck if self.stage1 is not None else "unknown",
                        tool_mode=s.tool_mode if s.feedback == "tools" else "proactive", tools=self.tools,
-                       energy=self.active, gamma=s.gamma, stage1=self.stage1, baseline=baseline, **shown)  # fmt: skip
+                       energy=self.active, gamma=s.gamma, stage1=self.stage1, baseline=baseline, **shown)
 
     def _distinct(self, cands: list[Candidate]) -> list[Candidate]:
         """Drop a proposal that builds the same code as an evaluated one, or as one before it in this
@@ -543,7 +543,7 @@ class Run:
                 # An entry the static check now refuses (a journal of an older kernelpro) does not count as run.
                 why = self.rejection(entry.candidate)
                 history.append(self.record(entry.candidate, entry.outcome if why is None else
-                                           rejected_outcome(entry.candidate.solution, why)))  # fmt: skip
+                                           rejected_outcome(entry.candidate.solution, why)))
                 if not self.restored:  # the model's entries came back from memory.jsonl: no need to ask again
                     self.memory.observe(len(self.evaluated) - 1, history[-1], parent)
         return history
@@ -571,7 +571,7 @@ def patch(target: Target, head_checkout: Path, solution: Solution) -> str:
             old = ""
         if old != src.content:
             chunks.extend(difflib.unified_diff(old.splitlines(True), src.content.splitlines(True),
-                                               f"a/{src.path}", f"b/{src.path}"))  # fmt: skip
+                                               f"a/{src.path}", f"b/{src.path}"))
     return "".join(chunks)
 
 

@@ -58,7 +58,7 @@ def visible_gpus(setting: str, env: Mapping[str, str], device_count: Callable[[]
     if unknown or len(set(chosen)) != len(chosen):
         raise GpuSelectionError(
             f"KERNELPRO_GPUS={setting!r} names {', '.join(unknown) or 'a GPU twice'}, but the visible GPUs are "
-            f"{', '.join(visible) or 'none'}; set it to 'auto' or to a comma-separated subset of those")  # fmt: skip
+            f"{', '.join(visible) or 'none'}; set it to 'auto' or to a comma-separated subset of those")
     return tuple(chosen)
 
 
@@ -72,7 +72,7 @@ def process_worker(gpu: str) -> Executor:
     """One worker process pinned to ``gpu`` (spawned, not forked: CUDA state must not be inherited)."""
     # The operator's opt-in to run unconfined crosses into the worker, which starts the candidates.
     return ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=_pin,
-                               initargs=(gpu, confinement.unconfined_allowed()))  # fmt: skip
+                               initargs=(gpu, confinement.unconfined_allowed()))
 
 
 class Pool:
@@ -231,7 +231,7 @@ class Schedule:
             # back as statuses): a value for the search, not journaled, so a rerun evaluates it again.
             outcome = Outcome(cand.key, "RUNTIME_ERROR", (), log=(
                 f"the evaluation worker on GPU {self.pool.gpus[slot]} failed ({type(err).__name__}: {err}); "
-                "not journaled, so rerunning the same command evaluates this candidate again"))  # fmt: skip
+                "not journaled, so rerunning the same command evaluates this candidate again"))
             self.pool.restart(slot)
         with self._lock:
             self._busy[slot] = False

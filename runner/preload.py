@@ -112,7 +112,7 @@ def _imports(source: str, package: str) -> Iterator[tuple[str, tuple[str, ...]]]
 
 
 def start(label: str, solution: Solution, context: Sequence[SourceFile], device: str,
-          blocked: Sequence[str] = ()) -> Preload:  # fmt: skip
+          blocked: Sequence[str] = ()) -> Preload:
     """Start the warm server of a target (runner/forkserver.py) for candidates of ``solution``: with the
     scrubbed environment and the variables every child of ``device`` gets (a Triton kernel defined at
     import is then defined as in the child), refusing any module under ``blocked`` (the pull request's

@@ -79,7 +79,7 @@ def merge_cache(src: Path, dst: Path) -> int:
 
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
          ps: ProfileSettings, cache: Path, stages: dict[str, float],
-         standby: NcuStandby | None = None) -> tuple[list, list[str]]:  # fmt: skip
+         standby: NcuStandby | None = None) -> tuple[list, list[str]]:
     from .profile.ncu import NCU_MISSING, find_ncu, notes_for, parse_csv, raw_csv_wrapper
 
     ncu = find_ncu()
@@ -100,13 +100,13 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                     # ncu writes its own words (the crash, the signal) to its log file, not to stderr.
                     said = f"{taken[0].log.strip()} {_tail_of(standby.log)}".strip()
                     notes.append(f"the standby ncu child failed ({taken[0].status}: {said[-300:]}); "
-                                 "profiled in a fresh one")  # fmt: skip
+                                 "profiled in a fresh one")
                 out = Path(tmp) / "ncu.csv"
                 out.unlink(missing_ok=True)
                 # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
                 child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache,
                                   wrapper=raw_csv_wrapper(ncu, str(out)), privileged=True, isolate=isolate,
-                                  writable=[Path(tmp)])  # fmt: skip
+                                  writable=[Path(tmp)])
                 seconds = child.seconds
             _child_stages(stages, "ncu", seconds, child.result)
             text = out.read_text(errors="replace") if out.is_file() else ""
@@ -141,7 +141,7 @@ def _child_stages(stages: dict[str, float], name: str, seconds: float, result: A
     stages[name] = seconds
     doc = result if isinstance(result, dict) else {}
     for key, value in (("startup", doc.get("phases", {}).get("startup")), ("import", doc.get("build", {}).get("seconds")),
-                       *((k.removesuffix("_s"), v) for k, v in doc.get("profile", {}).items() if k.endswith("_s"))):  # fmt: skip
+                       *((k.removesuffix("_s"), v) for k, v in doc.get("profile", {}).items() if k.endswith("_s"))):
         if isinstance(value, (int, float)):
             stages[f"{name}.{key}"] = float(value)
 
@@ -181,7 +181,7 @@ def _sass(cache: Path, kernels: Sequence[KernelProfile], ready: Mapping[Path, st
 
 
 def _timeline(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
-              ps: ProfileSettings, cache: Path, stages: dict[str, float]) -> tuple[Timeline | None, list[str]]:  # fmt: skip
+              ps: ProfileSettings, cache: Path, stages: dict[str, float]) -> tuple[Timeline | None, list[str]]:
     from .profile.timeline import summarize
 
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "timeline"}
@@ -196,7 +196,7 @@ def _timeline(definition: Definition, solution: Solution, workload: Workload, es
 def profile_candidate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
                       es: EvalSettings, ps: ProfileSettings = ProfileSettings(),
                       timeline: Timeline | None = None, triton_cache: Path | None = None,
-                      standby: NcuStandby | None = None) -> tuple[Profile, float]:  # fmt: skip
+                      standby: NcuStandby | None = None) -> tuple[Profile, float]:
     """Profile on the largest workload (the one where the kernel's own behaviour dominates).
     A timeline recorded by the evaluation (EvalSettings.timeline) is reused instead of a new child;
     ``triton_cache``, the Triton cache this candidate alone was evaluated with, is copied in first so
@@ -215,7 +215,7 @@ def profile_candidate(definition: Definition, solution: Solution, workloads: Seq
 
 def _profile(definition: Definition, solution: Solution, workloads: Sequence[Workload], es: EvalSettings,
              ps: ProfileSettings, timeline: Timeline | None, triton_cache: Path | None,
-             standby: NcuStandby | None) -> Profile:  # fmt: skip
+             standby: NcuStandby | None) -> Profile:
     workload = max(workloads, key=lambda w: sum(w.axes.values()))
     es = replace(es, cache_dir=None)
     notes: list[str] = []

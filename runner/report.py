@@ -40,7 +40,7 @@ def log_tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
 
 def _env() -> jinja2.Environment:
     return environment({"ms": lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}", "x": lambda x: f"{x:.2f}x",
-                        "pct": pct})  # fmt: skip
+                        "pct": pct})
 
 
 def outcome(r: dict[str, Any]) -> str:
@@ -64,7 +64,7 @@ def outcome(r: dict[str, Any]) -> str:
                     + (f": {why}" if why else " (no launch keyword, constexpr block size or num_warps/num_stages "
                        "reachable from the entry point, nor a CUDA launch constant)")
                     + ". Run with `--programmer llm` to let a model rewrite the kernel, or expose the launch "
-                      "parameters (BLOCK sizes as tl.constexpr arguments, num_warps at the launch).")  # fmt: skip
+                      "parameters (BLOCK sizes as tl.constexpr arguments, num_warps at the launch).")
         return f"The programmer ({who}) proposed no candidate, so nothing was tried and no final gate ran" + (f": {why}." if why else ".")
     return f"No candidate was faster than it in the search, so no final gate ran ({r['stop_reason']})."
 
@@ -112,7 +112,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "baseline": {"status": result.baseline.outcome.status, "log": result.baseline.outcome.log[:2000],
                      "log_tail": log_tail(result.baseline.outcome.log),
                      "warnings": list(result.baseline.outcome.warnings),
-                     "solution": result.baseline.candidate.solution.name},  # fmt: skip
+                     "solution": result.baseline.candidate.solution.name},
         # Only the side-by-side measurement is reported: one evaluation each, minutes apart, drifted
         # by more than the margin on the H200 (runner/basebranch.py).
         "base_branch": None if result.base_branch is None else result.versus_base.to_json()
@@ -132,7 +132,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             "guards": w.guards,
         },
         "gates": [{**Gate(g.candidate.solution.name, g.passed, g.speedup, g.reason).to_json(),
-                   "memcheck": g.memcheck, "guards": g.guards} for g in result.gates],  # fmt: skip
+                   "memcheck": g.memcheck, "guards": g.guards} for g in result.gates],
         # What the gate compared outputs with; the bot reads it here, never from report.md's text.
         "tolerances": [t.to_json() for t in tolerances(result)],
         "curve": curve,
@@ -149,7 +149,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "command": settings.command,
         "programmer": dict(result.programmer),
         "rejected": [{"solution": s.candidate.solution.name, "note": s.candidate.note, "reason": s.outcome.log}
-                     for s in result.evaluated if s.outcome.status == REJECTED],  # fmt: skip
+                     for s in result.evaluated if s.outcome.status == REJECTED],
         "memory": list(result.memory),
         "stage1": _stage1(result),
         "baseline_analysis": _analysis(result, result.baseline.candidate.key, 1.0),
@@ -192,7 +192,7 @@ def _energy_table(result: Result) -> list[dict[str, Any]]:
                          "ratio_high": r.high if r else None, **w.per_work(arm), "idle_w": m.idle_w,
                          "sm_clock_mhz": f"{clocks[0]:.0f}-{clocks[-1]:.0f}" if clocks else "n/a",
                          "temperature_c": f"{min(temps):.0f}-{max(temps):.0f}" if temps else "n/a",
-                         "counter_update_ms": m.counter_update_ms, "notes": list(m.notes)})  # fmt: skip
+                         "counter_update_ms": m.counter_update_ms, "notes": list(m.notes)})
     return rows
 
 
@@ -218,7 +218,7 @@ def stage1_json(a: ReferenceAnalysis | None) -> dict[str, Any] | None:
         "workloads": [{"uuid": b.uuid, "axes": dict(b.axes), "flops": b.flops, "bytes": b.bytes, "intensity": b.intensity,
                        "floor_ms": b.floor_ms, "baseline_ms": b.measured_ms, "pct_of_roofline": b.pct_of_roofline,
                        "max_speedup": b.max_speedup} for b in a.workloads],
-    }  # fmt: skip
+    }
 
 
 def _analysis(result: Result, key: str | None, speedup: float) -> dict[str, Any] | None:
@@ -232,9 +232,9 @@ def _analysis(result: Result, key: str | None, speedup: float) -> dict[str, Any]
         cap = max(cap / speedup, 1.0)
         note = f"{result.stage1.bound_note()}" + (f", divided by this candidate's {speedup:.2f}x" if speedup != 1.0 else "")  # type: ignore[union-attr]
         analysis = Analysis(analysis.bottleneck, tuple(bound_finding(f, cap, note) for f in analysis.findings),
-                            analysis.ran, analysis.skipped)  # fmt: skip
+                            analysis.ran, analysis.skipped)
     return {"findings": [f.to_json() for f in analysis.findings], "ran": list(analysis.ran), "notes": list(prof.notes),
-            "text": render(analysis, prof, "tools")}  # fmt: skip
+            "text": render(analysis, prof, "tools")}
 
 
 def render_report(result: Result, settings: RunSettings, patch: str = "") -> str:
@@ -249,7 +249,7 @@ def render_report(result: Result, settings: RunSettings, patch: str = "") -> str
         best_search=best_search,
         failures=failures[:10],
         axes={w.uuid: ", ".join(f"{k}={v}" for k, v in w.axes.items())
-              for w in result.target.workloads_for(result.device)},  # fmt: skip
+              for w in result.target.workloads_for(result.device)},
         patch=patch,
         tolerance={t.dtype: (t.atol, t.rtol) for t in tolerances(result)},
     )

@@ -124,7 +124,7 @@ class ReferenceAnalysis:
         # runner/profiler.py profiles max(workloads, key=sum of axes): the same one here.
         b = max(self.workloads, key=lambda x: sum(x.axes.values()))
         return Work(b.uuid, b.flops, b.bytes, self.theory, b.floor_ms, b.measured_ms, self.max_speedup,
-                    self.bound_note())  # fmt: skip
+                    self.bound_note())
 
 
 # --- the current kernel's bound (ncu) -------------------------------------------------------------
@@ -171,7 +171,7 @@ class KernelBound:
 
 def _busiest_pipe(k: KernelProfile) -> tuple[str, float | None]:
     pipes = {n: float(v) for n, v in k.metrics.items() if v is not None and n.endswith(_PIPE_SUFFIX)
-             and n.startswith(_PIPE_PREFIXES) and "tensor_op" not in n}  # fmt: skip
+             and n.startswith(_PIPE_PREFIXES) and "tensor_op" not in n}
     if not pipes:
         return "", None
     name, pct = max(pipes.items(), key=lambda kv: kv[1])
@@ -231,7 +231,7 @@ def current_bound(k: KernelProfile) -> KernelBound:
                        k.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
                        k.get("sm__maximum_warps_per_active_cycle_pct"),
                        None if grid is None else int(grid), None if block is None else int(block),
-                       sms, src, waves, note)  # fmt: skip
+                       sms, src, waves, note)
 
 
 class FormulaError(ValueError):
@@ -239,7 +239,7 @@ class FormulaError(ValueError):
 
 
 _ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call,
-               ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd)  # fmt: skip
+               ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd)
 # A definition's constraints also compare and combine (``M % 64 == 0 and N <= 8192``).
 _LOGIC = (*_ARITHMETIC, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
 
@@ -268,7 +268,7 @@ def axis_values(definition: Definition, axes: Mapping[str, int]) -> dict[str, in
 
 
 def workload_bounds(definition: Definition, workloads: Sequence[Workload], flops: str | None, nbytes: str | None,
-                    ceilings: Ceilings | None, measured_ms: Mapping[str, float]) -> tuple[WorkloadBound, ...]:  # fmt: skip
+                    ceilings: Ceilings | None, measured_ms: Mapping[str, float]) -> tuple[WorkloadBound, ...]:
     out = []
     for w in workloads:
         names = axis_values(definition, w.axes)
@@ -315,7 +315,7 @@ def measured_class(profile: Profile | None) -> tuple[str | None, float | None, f
 
 def analyze_reference(definition: Definition, workloads: Sequence[Workload], *, flops: str | None,
                       nbytes: str | None, ceilings: Ceilings | None, measured_ms: Mapping[str, float],
-                      profile: Profile | None) -> ReferenceAnalysis:  # fmt: skip
+                      profile: Profile | None) -> ReferenceAnalysis:
     bounds = workload_bounds(definition, workloads, flops, nbytes, ceilings, measured_ms)
     theory = theory_class(bounds, ceilings)
     measured, compute, memory = measured_class(profile)

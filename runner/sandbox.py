@@ -59,7 +59,7 @@ class ChildResult:
 _PROBE_CPU = "pass"
 # A CUDA context inside the namespace, so a driver that refuses one is found before any candidate.
 _PROBE_CUDA = ("import ctypes\nlib = ctypes.CDLL('libcuda.so.1')\nassert lib.cuInit(0) == 0, 'cuInit failed'\n"
-               "n = ctypes.c_int()\nassert lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0\n")  # fmt: skip
+               "n = ctypes.c_int()\nassert lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0\n")
 
 
 # Most confined first. A user namespace (-r) drops whatever the runner's user could do outside it
@@ -87,7 +87,7 @@ def network_isolation(device: str, unshare: str | None = "unshare", privileged: 
         probe = [*prefix, sys.executable, "-c", _PROBE_CUDA if device == "cuda" else _PROBE_CPU]
         try:
             p = subprocess.run(probe, capture_output=True, text=True, timeout=120, env=scrubbed_env(),
-                               stdin=subprocess.DEVNULL)  # fmt: skip
+                               stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as e:
             errors.append(f"unshare {' '.join(flags)}: {e}")
             continue
@@ -119,7 +119,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
               collect: Callable[[Path, Mapping[str, Any], float], Any] | None = None,
               during: Callable[[Path], None] | None = None, variables: Mapping[str, str] | None = None,
               fork: bool = False, deadline: Callable[[], float] | None = None,
-              writable: Sequence[Path] = (), timekeeper: Any = None) -> ChildResult:  # fmt: skip
+              writable: Sequence[Path] = (), timekeeper: Any = None) -> ChildResult:
     """``wrapper`` prefixes the command (a profiler such as ncu runs the harness under itself).
     ``collect(work_dir, result, seconds)`` reads what the child left in its directory, which is
     deleted when this returns; ``during(work_dir)`` is called again and again on a thread while the
@@ -144,7 +144,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         (work / "request.json").write_text(json.dumps(request))
         env = scrubbed_env({**child_variables(work, device, cache_dir), **(variables or {})})
         cmd = [*wrapper, sys.executable, "-m", "kernelpro.runner.harness",
-               str(work / "request.json"), str(work / "result.json")]  # fmt: skip
+               str(work / "request.json"), str(work / "result.json")]
         rules = confinement.policy([work, cache_dir, *writable], tools=wrapper[:1]) if confined.landlock else None
         if rules and wrapper:  # the profiler's layer lets the harness write its threads' /proc files; the harness's own forbids the rest
             inner = confinement.command(cmd[len(wrapper):], rules, supervised=False)
@@ -160,7 +160,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             with contextlib.suppress(OSError):  # the server died: a fresh interpreter, as without it
                 proc = server.spawn(cmd[-2:], work, _channel(env, timekeeper, forked=True), isolate=bool(prefix),
                                     policy=rules.to_json() if rules else None,
-                                    fds=timekeeper.child_fds if timekeeper else ())  # fmt: skip
+                                    fds=timekeeper.child_fds if timekeeper else ())
                 sandbox["spawn"] = spawned
         elif spawned:
             sandbox["spawn"] = spawned
@@ -170,7 +170,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
                     cmd, cwd=work, env=_channel(env, timekeeper, forked=False), stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                     pass_fds=timekeeper.child_fds if timekeeper else (),
-                )  # fmt: skip
+                )
         if timekeeper is not None:
             timekeeper.started()
         # Without a pid namespace a supervisor stands between us and the candidate: SIGTERM lets it
@@ -193,7 +193,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds, sandbox)
         if ended.reason == "memory":
             return ChildResult("CRASHED", None, f"killed: its processes held {ended.rss_mb:.0f} MiB of host memory, "
-                               f"above the limit of {memory_limit_mb} MiB\n{log}", seconds, sandbox)  # fmt: skip
+                               f"above the limit of {memory_limit_mb} MiB\n{log}", seconds, sandbox)
         result_file = work / "result.json"
         if proc.returncode != 0 or not result_file.exists():
             return ChildResult("CRASHED", None, f"exit code {proc.returncode}\n{log}", seconds, sandbox)

@@ -46,29 +46,29 @@ TRACE_STATUS = "COMPILE_ERROR"
 """What a refused candidate is in FlashInfer-Trace lines, whose schema has no status of its own for it."""
 
 _SAFE_MODULES = frozenset({"torch", "math", "functools", "typing", "itertools", "dataclasses", "__future__",
-                           "operator", "collections", "enum", "numbers", "abc"})  # fmt: skip
+                           "operator", "collections", "enum", "numbers", "abc"})
 _TRITON_MODULES = frozenset({"triton"})
 # Reachable from an allowed module, these run other code, compile other languages or leave the process.
 _DENIED_TORCH = ("torch.utils.cpp_extension", "torch.ops", "torch.library", "torch.compile", "torch.jit",
                  "torch._C", "torch._dynamo", "torch._inductor", "torch.hub", "torch.load", "torch.save",
-                 "torch.classes", "torch.cuda.cudart", "torch.backends")  # fmt: skip
+                 "torch.classes", "torch.cuda.cudart", "torch.backends")
 # Names of modules that reach the operating system, whatever path leads to them (torch.os is os).
 _SYSTEM = frozenset({"os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "shutil", "pickle",
                      "marshal", "multiprocessing", "inspect", "gc", "environ", "getenv", "posix", "nt", "pty",
-                     "signal", "sysconfig", "tempfile", "pathlib", "io", "urllib", "http", "runpy"})  # fmt: skip
+                     "signal", "sysconfig", "tempfile", "pathlib", "io", "urllib", "http", "runpy"})
 _DENIED_CALLS = frozenset({"__import__", "eval", "exec", "compile", "open", "globals", "locals", "vars", "breakpoint",
-                           "setattr", "delattr"})  # fmt: skip
+                           "setattr", "delattr"})
 # Interpreter internals: from any object they lead to builtins, globals and every loaded module.
 _INTERNALS = frozenset({"__builtins__", "__globals__", "__subclasses__", "__code__", "__closure__", "__dict__",
                         "__class__", "__bases__", "__base__", "__mro__", "__getattribute__", "__getattr__", "__import__",
                         "__loader__", "__spec__", "__self__", "__func__", "__reduce__", "__reduce_ex__", "__setattr__",
-                        "__delattr__", "__module__", "__defaults__", "__kwdefaults__", "__wrapped__"})  # fmt: skip
+                        "__delattr__", "__module__", "__defaults__", "__kwdefaults__", "__wrapped__"})
 # torch functions that allocate, describe or move memory: any host code may call them.
 _NEUTRAL_TORCH = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
                             "full_like", "arange", "tensor", "as_tensor", "as_strided", "device", "dtype", "Size",
                             "finfo", "iinfo", "is_tensor", "is_floating_point", "is_complex", "get_default_dtype",
                             "result_type", "promote_types", "broadcast_shapes", "no_grad", "inference_mode",
-                            "set_grad_enabled"})  # fmt: skip
+                            "set_grad_enabled"})
 _NEUTRAL_TORCH_PREFIXES = ("torch.cuda.", "torch.nn.Module", "torch.nn.Parameter", "torch.testing.")
 # Tensor methods that allocate, view, describe or convert: any host code may call them.
 _NEUTRAL_METHODS = frozenset({
@@ -81,7 +81,7 @@ _NEUTRAL_METHODS = frozenset({
     # not tensor-specific: dicts, lists, strings and the module system in ordinary host code
     "items", "keys", "values", "get", "append", "extend", "format", "join", "startswith", "endswith", "update",
     "setdefault", "pop", "insert", "__init__", "register_buffer", "parameters",
-})  # fmt: skip
+})
 # Tensor methods that compute (a representative set: the elementwise, reduction and linear-algebra ones).
 _COMPUTE_METHODS = frozenset({
     "abs", "add", "add_", "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bmm", "ceil", "clamp",
@@ -91,13 +91,13 @@ _COMPUTE_METHODS = frozenset({
     "mv", "ne", "neg", "norm", "pow", "prod", "reciprocal", "relu", "relu_", "round", "rsqrt", "scatter",
     "scatter_add", "sigmoid", "sigmoid_", "sign", "silu", "sin", "softmax", "sort", "sqrt", "square", "std", "sub",
     "sub_", "sum", "tanh", "tanh_", "topk", "tril", "triu", "var", "where", "cross", "outer", "kron",
-})  # fmt: skip
+})
 # C/C++: library calls that do a whole operation, and system access.
 _C_LIBRARY = re.compile(r"\b(cublas\w*|cublasLt\w*|cudnn\w*|(?:at|torch)::(?:(?:native|nn|functional)::)*(?!empty\w*\b|zeros\w*\b|ones\w*\b|"
-                        r"Tensor\b|ScalarType\b|Device\w*\b|kFloat\w*|kHalf\b|kBFloat16\b|k\w+\b|cuda::)\w+)\s*\(")  # fmt: skip
+                        r"Tensor\b|ScalarType\b|Device\w*\b|kFloat\w*|kHalf\b|kBFloat16\b|k\w+\b|cuda::)\w+)\s*\(")
 _C_SYSTEM = re.compile(r"\b(system|popen|getenv|secure_getenv|fopen|open|dlopen|dlsym|execve?|execvp|fork|socket|"
                        r"connect|syscall)\s*\(|\b(?:std::)?[io]?fstream\b|#\s*include\s*[<\"](?:unistd|dlfcn|"
-                       r"sys/socket|netinet/\w+|sys/syscall)(?:\.h)?[>\"]")  # fmt: skip
+                       r"sys/socket|netinet/\w+|sys/syscall)(?:\.h)?[>\"]")
 _C_EXTENSIONS = {".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp"}
 
 
@@ -114,7 +114,7 @@ def check(candidate: Solution, baseline: Solution, reference: str, language: str
     ref = _parse(reference)
     for why in (_imports(cand_py, base_py, language), _delegation(cand_py, base_py, ref, language),
                 _language(candidate, baseline, cand_py, base_py, language), _c_rules(candidate, baseline),
-                _signature(candidate, baseline)):  # fmt: skip
+                _signature(candidate, baseline)):
         if why is not None:
             return why
     return None
@@ -188,9 +188,9 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
     # What the pull request's own code already does, a candidate may keep doing.
     base_attrs = {_source(n) for m in base.values() for n in ast.walk(m) if isinstance(n, ast.Attribute)}
     base_dotted = {d for m in base.values() for n in ast.walk(m) if isinstance(n, ast.Attribute)
-                   if (d := _dotted(n, import_aliases(m))) is not None}  # fmt: skip
+                   if (d := _dotted(n, import_aliases(m))) is not None}
     base_called = {n.func.id for m in base.values() for n in ast.walk(m)
-                   if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}  # fmt: skip
+                   if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     for path, m in cand.items():
         aliases = import_aliases(m)
         own = {p.removesuffix(".py").replace("/", ".") for p in cand} | {posixpath.basename(p)[:-3] for p in cand}
@@ -210,13 +210,13 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
                             return f"{path} imports {f}: {d} runs code outside the kernel; write the kernel instead"
                     if not _under(mod, allowed) and not _under(mod, own):
                         return (f"{path} imports {mod}, which is not allowed: a candidate may import only "
-                                f"{', '.join(sorted(allowed - {'__future__'}))} (rule 3)")  # fmt: skip
+                                f"{', '.join(sorted(allowed - {'__future__'}))} (rule 3)")
             elif isinstance(node, ast.Attribute):
                 if _source(node) in base_attrs:
                     continue
                 if node.attr in _SYSTEM:
                     return (f"{path} reaches `{node.attr}` (`{_source(node)}`): no environment, file, process or "
-                            "network access from a kernel (rule 3)")  # fmt: skip
+                            "network access from a kernel (rule 3)")
                 if node.attr in _INTERNALS:
                     return f"{path} uses the interpreter internal `{node.attr}` (`{_source(node)}`) (rule 3)"
                 name = _dotted(node, aliases)
@@ -230,7 +230,7 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
                     return f"{path} calls `{fn}()`: no dynamic code, file or attribute tricks in a kernel (rule 3)"
                 if fn == "getattr" and node.args and _is_module(node.args[0], aliases):
                     return (f"{path} calls getattr() on the module `{_source(node.args[0])}`: name what you use "
-                            "(rule 3)")  # fmt: skip
+                            "(rule 3)")
     return None
 
 
@@ -295,7 +295,7 @@ def _launches(module: ast.Module, jit: set[str], entry: str | None) -> bool:
         for sub in ast.walk(node):
             # kernel[grid](...), launcher = kernel[grid], kernel.run(...): any of them reaches the kernel.
             k = sub.value if isinstance(sub, ast.Subscript) else sub.value if (
-                isinstance(sub, ast.Attribute) and sub.attr in ("run", "warmup")) else None  # fmt: skip
+                isinstance(sub, ast.Attribute) and sub.attr in ("run", "warmup")) else None
             name = k.id if isinstance(k, ast.Name) else k.attr if isinstance(k, ast.Attribute) else ""
             if name in jit:
                 return True
@@ -318,19 +318,19 @@ def _triton_shape(modules: Mapping[str, ast.Module], entry_file: str, entry_symb
 
 
 def _language(cand_sol: Solution, base_sol: Solution, cand: Mapping[str, ast.Module],
-              base: Mapping[str, ast.Module], language: str) -> str | None:  # fmt: skip
+              base: Mapping[str, ast.Module], language: str) -> str | None:
     if language == "triton":
         b_jit, b_launch = _triton_shape(base, base_sol.entry_file, base_sol.entry_symbol)
         c_jit, c_launch = _triton_shape(cand, cand_sol.entry_file, cand_sol.entry_symbol)
         if b_jit and not c_jit:
             return ("the target is a Triton kernel and the candidate defines no @triton.jit kernel any more: "
-                    "keep the computation in a Triton kernel (rule 5)")  # fmt: skip
+                    "keep the computation in a Triton kernel (rule 5)")
         if b_launch and not c_launch:
             return (f"`{cand_sol.entry_symbol}` no longer launches a @triton.jit kernel (`kernel[grid](...)`): the "
-                    "computation must stay in the Triton kernel (rule 5)")  # fmt: skip
+                    "computation must stay in the Triton kernel (rule 5)")
     if language == "cuda" and _has_global(base_sol) and not _has_global(cand_sol):
         return ("the target is a CUDA kernel and the candidate has no __global__ kernel any more: keep the "
-                "computation in CUDA (rule 5)")  # fmt: skip
+                "computation in CUDA (rule 5)")
     return None
 
 
@@ -359,11 +359,11 @@ def _short(name: str) -> str:
 
 def _neutral_torch(name: str) -> bool:
     return (name.startswith(_NEUTRAL_TORCH_PREFIXES) or _short(name) in _NEUTRAL_TORCH
-            or not name.startswith("torch."))  # fmt: skip
+            or not name.startswith("torch."))
 
 
 def _delegation(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], ref: ast.Module | None,
-                language: str) -> str | None:  # fmt: skip
+                language: str) -> str | None:
     b_names, b_methods, b_matmul = set(), set(), False
     for m in base.values():
         n, me, mm = _calls(m, _jit_functions(m, import_aliases(m)))
@@ -373,22 +373,22 @@ def _delegation(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], 
     r_names, r_methods, r_matmul = _calls(ref, set()) if ref is not None else (set(), set(), False)
     # The reference's library calls (torch's, or another package's); not its math.sqrt for a scale.
     r_names = {n for n in r_names if n.split(".")[0] not in _SAFE_MODULES - {"torch"}
-               and not (n.startswith("torch.") and _neutral_torch(n))}  # fmt: skip
+               and not (n.startswith("torch.") and _neutral_torch(n))}
     kernel_target = language in ("triton", "cuda")
     for path, m in cand.items():
         names, methods, matmul = _calls(m, _jit_functions(m, import_aliases(m)))
         for name in sorted(names - b_names):
             if name in r_names or (_short(name) in {_short(r) for r in r_names} and name.startswith("torch.")):
                 return (f"{path} calls {name}, which the reference uses to compute the result: the speedup must come "
-                        "from the kernel, not from the library (rule 5)")  # fmt: skip
+                        "from the kernel, not from the library (rule 5)")
             if kernel_target and name.startswith("torch.") and not _neutral_torch(name):
                 return (f"{path} computes with {name} in host code: in a {language} target the computation stays in "
-                        "the kernel; host code may only allocate, view and launch (rule 5)")  # fmt: skip
+                        "the kernel; host code may only allocate, view and launch (rule 5)")
         for meth in sorted(methods - b_methods - _NEUTRAL_METHODS):
             if meth in r_methods or (kernel_target and meth in _COMPUTE_METHODS) or (
-                    meth in {_short(r) for r in r_names} and meth in _COMPUTE_METHODS):  # fmt: skip
+                    meth in {_short(r) for r in r_names} and meth in _COMPUTE_METHODS):
                 return (f"{path} calls the tensor method .{meth}() in host code: the computation stays in the kernel "
-                        "(rule 5)")  # fmt: skip
+                        "(rule 5)")
         if matmul and not b_matmul and (r_matmul or kernel_target):
             return f"{path} multiplies matrices with `@` in host code: the speedup must come from the kernel (rule 5)"
     return None
@@ -406,20 +406,20 @@ def _signature(cand: Solution, base: Solution) -> str | None:
                 bm, cm = _method(bf, meth), _method(cf, meth) if isinstance(cf, ast.ClassDef) else None
                 if bm is not None and (cm is None or _params(bm) != _params(cm)):
                     return (f"`{base.entry_symbol}.{meth}` must keep its parameters `({_params_text(bm)})` "
-                            "(rule 1)")  # fmt: skip
+                            "(rule 1)")
             return None
         if isinstance(bf, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if not isinstance(cf, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return None  # rebound by assignment or import: the entry-point check before this one judged it
             if _params(bf) != _params(cf):
                 return (f"`{base.entry_symbol}` must keep its signature `({_params_text(bf)})`, not "
-                        f"`({_params_text(cf)})` (rule 1)")  # fmt: skip
+                        f"`({_params_text(cf)})` (rule 1)")
         return None
     if base.spec.launch is not None:
         b_params, c_params = _c_params(base, base.entry_symbol), _c_params(cand, cand.entry_symbol)
         if b_params is not None and b_params != c_params:
             return (f"the kernel `{base.entry_symbol}` must keep its parameter list `({b_params})`: kernelpro "
-                    "launches it with those arguments (rule 1)")  # fmt: skip
+                    "launches it with those arguments (rule 1)")
     return None
 
 
@@ -433,13 +433,13 @@ def _entry_def(module: ast.Module, symbol: str) -> ast.AST | None:
 
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     return next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
-                None)  # fmt: skip
+                None)
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[object, ...]:
     a = fn.args
     return (tuple(x.arg for x in (*a.posonlyargs, *a.args)), a.vararg is not None, tuple(x.arg for x in a.kwonlyargs),
-            a.kwarg is not None, len(a.defaults))  # fmt: skip
+            a.kwarg is not None, len(a.defaults))
 
 
 def _params_text(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
@@ -452,7 +452,7 @@ def _params_text(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 def _c_sources(solution: Solution) -> str:
     # Comments out, literals kept: a rule never fires on a comment.
     return "\n".join(without_comments(s.content) for s in solution.sources
-                     if _ext(s.path) in _C_EXTENSIONS)  # fmt: skip
+                     if _ext(s.path) in _C_EXTENSIONS)
 
 
 def _has_global(solution: Solution) -> bool:
@@ -467,7 +467,7 @@ def _c_rules(cand: Solution, base: Solution) -> str | None:
     for m in _C_LIBRARY.finditer(c):
         if m.group(1) not in b_lib:
             return (f"the C/C++ source calls {m.group(1)}(): a library routine does not make the kernel faster; "
-                    "write the kernel (rule 5)")  # fmt: skip
+                    "write the kernel (rule 5)")
     b_sys = {m.group(0) for m in _C_SYSTEM.finditer(b)}
     for m in _C_SYSTEM.finditer(c):
         if m.group(0) not in b_sys:
@@ -477,6 +477,6 @@ def _c_rules(cand: Solution, base: Solution) -> str | None:
 
 def _c_params(solution: Solution, symbol: str) -> str | None:
     pat = re.compile(rf"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-                     rf"{re.escape(symbol)}\s*\(([^)]*)\)")  # fmt: skip
+                     rf"{re.escape(symbol)}\s*\(([^)]*)\)")
     m = pat.search(_c_sources(solution))
     return None if m is None else " ".join(m.group(1).split())

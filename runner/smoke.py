@@ -88,7 +88,7 @@ def static_faults(target: Target, checkout: Path) -> list[ConfigFault]:
             what = "the entry point's file" if f == entry_file else "a source file of the target"
             faults.append(ConfigFault(target.name, f"{what} {f} cannot be read at this commit: {e}",
                                       f"point entry_point/sources in .kernelpro.yml at the kernel's files as the "
-                                      f"pull request has them (was {f} renamed or deleted?)"))  # fmt: skip
+                                      f"pull request has them (was {f} renamed or deleted?)"))
     text = texts.get(entry_file)
     if text is None:
         return faults
@@ -97,7 +97,7 @@ def static_faults(target: Target, checkout: Path) -> list[ConfigFault]:
         if target.binding is None and not re.search(rf"\b{re.escape(symbol)}\b", text):
             faults.append(ConfigFault(target.name, f"entry_point {target.entry_point}: {entry_file} has no kernel "
                                       f"named {symbol}", f"write entry_point: {entry_file}::<the extern \"C\" "
-                                      "__global__ function's name>"))  # fmt: skip
+                                      "__global__ function's name>"))
         return faults
     try:
         tree = ast.parse(text, filename=entry_file)
@@ -111,7 +111,7 @@ def static_faults(target: Target, checkout: Path) -> list[ConfigFault]:
         faults.append(ConfigFault(target.name, f"entry_point {target.entry_point}: {entry_file} defines no {head!r} "
                                   f"(its functions: {', '.join(funcs) or 'none'})",
                                   f"{hint}write entry_point: {entry_file}::<function to call>, or add that function "
-                                  "to the file"))  # fmt: skip
+                                  "to the file"))
     return faults
 
 
@@ -147,7 +147,7 @@ def reference_fault(target: Target, checkout: Path, device: str, timeout_s: floa
     w = smallest(target.workloads_for(device))
     where = ", ".join(f"{k}={v}" for k, v in w.axes.items()) or "no variable axes"
     fix_ref = ("correct `reference` in the definition: `run(...)` takes the inputs in the definition's order and "
-               "returns its outputs in order; `kernelpro check-config --run` checks it without a pull request")  # fmt: skip
+               "returns its outputs in order; `kernelpro check-config --run` checks it without a pull request")
     es = EvalSettings(device=device, trials=1, rotate=1, timeout_s=timeout_s, time_reference=False)
     try:
         solution = target.solution(checkout)
@@ -160,23 +160,23 @@ def reference_fault(target: Target, checkout: Path, device: str, timeout_s: floa
         lines = [ln.strip() for ln in got.strip().splitlines() if ln.strip()]
         last = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "^", "~"))), lines[-1] if lines else "")
         return ConfigFault(target.name, f"the definition's reference fails on the smallest workload ({where}): "
-                           f"{last[:400]}", fix_ref)  # fmt: skip
+                           f"{last[:400]}", fix_ref)
     names = list(target.definition.outputs)
     if len(got) != len(names):
         return ConfigFault(target.name, f"the definition's reference returns {len(got)} value(s) on the smallest "
-                           f"workload ({where}); the definition has {len(names)} output(s) ({', '.join(names)})", fix_ref)  # fmt: skip
+                           f"workload ({where}); the definition has {len(names)} output(s) ({', '.join(names)})", fix_ref)
     for name, value in zip(names, got, strict=True):
         spec = target.definition.outputs[name]
         want = _shape(target, name, w.axes)
         if not isinstance(value, torch.Tensor):
             return ConfigFault(target.name, f"the definition's reference returns a {type(value).__name__} for output "
-                               f"{name}, not a tensor", fix_ref)  # fmt: skip
+                               f"{name}, not a tensor", fix_ref)
         dtype = str(value.dtype).removeprefix("torch.")
         if tuple(value.shape) != want or dtype != spec.dtype:
             return ConfigFault(target.name, f"the definition's reference returns {name} as {dtype} {list(value.shape)} "
                                f"on the smallest workload ({where}); the definition declares {spec.dtype} {list(want or ())}",
                                "make the reference return what the definition declares, or correct the output's shape "
-                               "or dtype in the definition")  # fmt: skip
+                               "or dtype in the definition")
     return None
 
 
@@ -202,7 +202,7 @@ def import_warnings(target: Target, checkout: Path) -> list[str]:
     return [f"{target.name}: the target's files define `{n}` (under {', '.join(r or '.' for r in rs)}), a module the "
             f"evaluator imports itself before any candidate runs, so candidates would run that copy, not the "
             f"repository's; rename the folder or set `python_path:` so that the kernel's package has its own name"
-            for n, rs in sorted(names.items()) if n in taken]  # fmt: skip
+            for n, rs in sorted(names.items()) if n in taken]
 
 
 def smoke(target: Target, checkout: Path, device: str, timeout_s: float = 300.0) -> list[ConfigFault]:
@@ -227,12 +227,12 @@ def fault_result(target: Target, device: str, faults: Sequence[ConfigFault]) -> 
             "device": device, "gpu_timings": device == "cuda", "evaluations": 0, "statuses": {},
             "stop_reason": f"configuration error in .kernelpro.yml, not the pull request's kernel: {text}"[:3900],
             "seconds": 0.0, "baseline": {"status": CONFIG_ERROR, "log": "", "solution": ""}, "base_branch": None,
-            "winner": None, "gates": [], "curve": [], "config_errors": [str(f) for f in faults]}  # fmt: skip
+            "winner": None, "gates": [], "curve": [], "config_errors": [str(f) for f in faults]}
 
 
 def fault_report(target: Target, faults: Sequence[ConfigFault]) -> str:
     lines = [f"# kernelpro: {target.name}", "", "**Configuration error: nothing was optimized.** The configuration "
-             "does not match the code, so no measurement would say anything about the pull request's kernel.", ""]  # fmt: skip
+             "does not match the code, so no measurement would say anything about the pull request's kernel.", ""]
     lines += [f"- {f.cause.rstrip('.')}. **Fix:** {f.fix.rstrip('.')}." for f in faults]
     return "\n".join(lines) + "\n"
 

@@ -61,7 +61,7 @@ class NcuStandby:
     """One standby ncu child. ``take`` hands it a request (once); ``close`` lets an unused one go."""
 
     def __init__(self, ncu: str, preload: Sequence[str], *, timeout_s: float, wait_s: float = 600.0,
-                 heartbeat_s: float = 30.0, isolate: bool = True) -> None:  # fmt: skip
+                 heartbeat_s: float = 30.0, isolate: bool = True) -> None:
         """``ncu``: the ncu to run under; ``timeout_s`` limits the profile once its request is given,
         ``wait_s`` the wait for one."""
         from .profile.ncu import raw_csv_wrapper
@@ -87,7 +87,7 @@ class NcuStandby:
         # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.
         self._result = run_child(request, timeout_s=self._limits[0], device="cuda", cache_dir=self.cache,
                                  wrapper=wrapper, privileged=True, isolate=self.isolate, during=self._beat,
-                                 deadline=self._deadline, writable=[self.dir])  # fmt: skip
+                                 deadline=self._deadline, writable=[self.dir])
 
     def _deadline(self) -> float:
         timeout_s, wait_s = self._limits

@@ -32,7 +32,7 @@ DTYPES: dict[str, torch.dtype] = {
     name: d
     for name in ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32",
                  "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2",
-                 "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")  # fmt: skip
+                 "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
     if isinstance(d := getattr(torch, name, None), torch.dtype)
 }
 """The element types an output file may hold, by the name the header gives."""
@@ -60,7 +60,7 @@ def write(values: Sequence[Any], path: Path) -> None:
                 continue
             nbytes = t.numel() * t.element_size()
             items.append({"tensor": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "offset": end,
-                          "nbytes": nbytes})  # fmt: skip
+                          "nbytes": nbytes})
             blobs.append((end, t))
             end += nbytes + _pad(nbytes)
         elif isinstance(v, (bool, int, float)):
@@ -125,7 +125,7 @@ def _tensor(data: bytearray, start: int, item: dict[str, Any], k: int, bad: Any)
     if dtype is None:
         raise bad(f"item {k} has the element type {str(item['tensor'])[:40]!r}")
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
-            or not all(type(n) is int and n >= 0 for n in shape)):  # fmt: skip
+            or not all(type(n) is int and n >= 0 for n in shape)):
         raise bad(f"item {k} has the shape {str(shape)[:80]}")
     if type(offset) is not int or type(nbytes) is not int or offset < 0 or offset % ALIGN:
         raise bad(f"item {k} has the offset {offset!r}")

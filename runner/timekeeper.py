@@ -169,7 +169,7 @@ class Timekeeper:
         allow = LOOP_FACTOR * cal * p.reps + FIXED_MS.get(self._device, FIXED_MS["cpu"])
         slack = MEDIAN_SLACK.get(self._device, MEDIAN_SLACK["cpu"])
         facts = (f"the parent's clock saw {wall:.1f} ms for {p.reps} calls; the harness's own loop costs "
-                 f"{cal:.3f} ms a call (allowed {allow:.1f} ms in all)")  # fmt: skip
+                 f"{cal:.3f} ms a call (allowed {allow:.1f} ms in all)")
         if wall > SUM_SLACK * total + allow:
             return (f"TIMING_INCONSISTENT: the timed calls add up to {total:.1f} ms but {facts}: work was "
                     "done outside the timed windows (lazy outputs, a side stream or thread, a rebound timer)")

@@ -22,7 +22,7 @@ from .launch import Launch, LaunchError
 DTYPES = (
     "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
     "int64", "int32", "int16", "int8", "bool",
-)  # fmt: skip
+)
 # What else a kernel of a real repository returns (kernelpro's extension of FlashInfer-Trace's
 # dtypes: a definition that uses one is not one flashinfer-bench reads).
 EXTRA_DTYPES = ("float64", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "uint8")
@@ -30,7 +30,7 @@ LANGUAGES = ("python", "triton", "cpp", "cuda", "tilelang")
 STATUSES = (
     "PASSED", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
     "RUNTIME_ERROR", "COMPILE_ERROR", "TIMEOUT",
-)  # fmt: skip
+)
 
 
 class FormatError(ValueError):
@@ -44,7 +44,7 @@ def _need(cond: bool, msg: str) -> None:
 
 def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
     _need(value is None or (isinstance(value, list) and all(isinstance(v, str) and v for v in value)),
-          f"{where} must be a list of non-empty strings")  # fmt: skip
+          f"{where} must be a list of non-empty strings")
     return tuple(value or ())
 
 
@@ -302,7 +302,7 @@ class SourceFile:
     def __post_init__(self) -> None:
         p = PurePosixPath(self.path)
         _need(bool(self.path) and not p.is_absolute() and ".." not in p.parts,
-              f"source path {self.path!r} must be relative and must not contain '..'")  # fmt: skip
+              f"source path {self.path!r} must be relative and must not contain '..'")
         # flashinfer-bench rejects empty files; an empty module is written as a comment instead.
         _need(bool(self.content), f"source {self.path!r} is empty (write at least a comment)")
 
@@ -394,7 +394,7 @@ class Solution:
         paths = [s.path for s in self.sources]
         _need(len(set(paths)) == len(paths), f"solution {self.name}: duplicate source paths")
         _need(self.entry_file in paths,
-              f"solution {self.name}: entry file {self.entry_file!r} is not among its sources")  # fmt: skip
+              f"solution {self.name}: entry file {self.entry_file!r} is not among its sources")
 
     @property
     def entry_file(self) -> str:
@@ -416,7 +416,7 @@ class Solution:
                      *([json.dumps([list(self.spec.returns), list(self.spec.in_place)])]
                        if self.spec.returns or self.spec.in_place else []),
                      *([json.dumps(list(self.spec.python_path))] if self.spec.python_path else []),
-                     *(p for s in sorted(self.sources, key=lambda s: s.path) for p in (s.path, s.content))):  # fmt: skip
+                     *(p for s in sorted(self.sources, key=lambda s: s.path) for p in (s.path, s.content))):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -429,7 +429,7 @@ class Solution:
             "spec": self.spec.to_json(),
             "sources": [{"path": s.path, "content": s.content} for s in self.sources],
             "description": self.description,
-        })  # fmt: skip
+        })
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Solution:
@@ -455,7 +455,7 @@ class Solution:
         sources = d["sources"]
         _need(isinstance(sources, list) and all(isinstance(f, Mapping) and isinstance(f.get("path"), str)
                                                 and isinstance(f.get("content"), str) for f in sources),
-              "solution.sources must be a list of {path, content} objects")  # fmt: skip
+              "solution.sources must be a list of {path, content} objects")
         return Solution(
             name=d["name"],
             definition=d["definition"],
@@ -504,7 +504,7 @@ class Correctness:
             "max_relative_error": _finite_or_str(self.max_relative_error),
             "max_absolute_error": _finite_or_str(self.max_absolute_error),
             "extra": _json_safe(self.extra) if self.extra is not None else None,
-        })  # fmt: skip
+        })
 
 
 @dataclass(frozen=True)
@@ -520,7 +520,7 @@ class Performance:
 
     def to_json(self) -> dict[str, Any]:
         return {"latency_ms": self.latency_ms, "reference_latency_ms": self.reference_latency_ms,
-                "speedup_factor": self.speedup_factor}  # fmt: skip
+                "speedup_factor": self.speedup_factor}
 
 
 @dataclass(frozen=True)
@@ -558,13 +558,13 @@ class Evaluation:
         # Same invariants as flashinfer-bench's validator, so every trace we write loads there.
         if self.status == "PASSED":
             _need(self.correctness is not None and self.performance is not None,
-                  "a PASSED evaluation carries correctness and performance")  # fmt: skip
+                  "a PASSED evaluation carries correctness and performance")
         elif self.status == "INCORRECT_NUMERICAL":
             _need(self.correctness is not None and self.performance is None,
-                  "an INCORRECT_NUMERICAL evaluation carries correctness and no performance")  # fmt: skip
+                  "an INCORRECT_NUMERICAL evaluation carries correctness and no performance")
         else:
             _need(self.correctness is None and self.performance is None,
-                  f"a {self.status} evaluation carries neither correctness nor performance")  # fmt: skip
+                  f"a {self.status} evaluation carries neither correctness nor performance")
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {

@@ -39,7 +39,7 @@ GPU_LONGEST_FIRST = ("test_optimize_tunes_upstream_heuristics", "test_the_demons
                      "test_a_gpu_tuner_winner_is_recomputed_by_publish", "test_sigint_during_the_demo",
                      "test_a_gpu_result_json_round_trips", "test_a_pinned_liger_dyt", "test_gpu_pool_spreads",
                      "test_reactive_tools_end_to_end", "test_cuda_torch_extension_target",
-                     "test_sigterm_during_the_energy_arms", "test_upstream_liger_with_its_wheel")  # fmt: skip
+                     "test_sigterm_during_the_energy_arms", "test_upstream_liger_with_its_wheel")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

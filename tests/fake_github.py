@@ -703,7 +703,7 @@ class FakeGitHub:
                 ["git", "--git-dir", r.git_dir, "for-each-ref", "--format=%(refname) %(objectname)",
                  "refs/heads/"],
                 check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
+            ).stdout
             heads = {}
             for line in out.splitlines():
                 name, _, sha = line.partition(" ")
@@ -729,19 +729,19 @@ class FakeGitHub:
         kind = "branch_creation"
         if old is not None:
             ancestor = subprocess.run(["git", "--git-dir", str(r.git_dir), "merge-base", "--is-ancestor", old, new],
-                                      capture_output=True).returncode == 0  # fmt: skip
+                                      capture_output=True).returncode == 0
             kind = "push" if ancestor else "force_push"
         r.activity.append({"id": next(self._ids), "before": old or "0" * 40, "after": new,
-                           "ref": f"refs/{ref}", "timestamp": _now(), "activity_type": kind})  # fmt: skip
+                           "ref": f"refs/{ref}", "timestamp": _now(), "activity_type": kind})
 
     def _head_moved(self, issue: IssueState, git_dir: str, old: str, new: str) -> None:
         """A push to a pull request's head branch, as GitHub's timeline records it: the new commits
         (a force push first records a head_ref_force_pushed event)."""
         ancestor = subprocess.run(["git", "--git-dir", git_dir, "merge-base", "--is-ancestor", old, new],
-                                  capture_output=True).returncode == 0  # fmt: skip
+                                  capture_output=True).returncode == 0
         if ancestor:
             shas = subprocess.run(["git", "--git-dir", git_dir, "rev-list", "--reverse", f"{old}..{new}"],
-                                  check=True, capture_output=True, text=True).stdout.split()  # fmt: skip
+                                  check=True, capture_output=True, text=True).stdout.split()
         else:
             issue.timeline.append(("head_ref_force_pushed", (next(self._ids), new, _now())))
             shas = [new]
@@ -807,7 +807,7 @@ class FakeGitHub:
             run = self.runs[run_id]
             if any(a.name == name for a in run.artifacts):
                 raise ValueError(f"an artifact named {name!r} already exists in run {run_id} "
-                                 "(upload-artifact v4 refuses a second upload under one name)")  # fmt: skip
+                                 "(upload-artifact v4 refuses a second upload under one name)")
             art = ArtifactState(next(self._ids), name, data)
             run.artifacts.append(art)
             return art
@@ -1284,13 +1284,13 @@ class FakeGitHub:
             return {"id": eid, "node_id": f"HRFPE_{eid}", "url": f"{self.base_url}/repos/{r.full_name}/issues/events/{eid}",
                     "actor": self.user_json("octocat"), "event": kind, "commit_id": sha,
                     "commit_url": f"{self.base_url}/repos/{r.full_name}/commits/{sha}", "created_at": when,
-                    "performed_via_github_app": None}  # fmt: skip
+                    "performed_via_github_app": None}
         sha, git_dir = x
         fields = ["Monalisa Octocat", "octocat@example.com", "1970-01-01T00:00:00Z"] * 2 + ["commit", "0" * 40, ""]
         if git_dir is not None:
             out = subprocess.run(["git", "--git-dir", git_dir, "show", "-s",
                                   "--format=%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%s%x00%T%x00%P", sha],
-                                 capture_output=True, text=True)  # fmt: skip
+                                 capture_output=True, text=True)
             if out.returncode == 0:
                 fields = out.stdout.rstrip("\n").split("\0")
         an, ae, ad, cn, ce, cd, msg, tree, parents = fields
@@ -1302,7 +1302,7 @@ class FakeGitHub:
                 "parents": [{"sha": s, "url": f"{url}/{s}", "html_url": f"https://github.com/{r.full_name}/commit/{s}"}
                             for s in parents.split()],
                 "verification": {"verified": False, "reason": "unsigned", "signature": None, "payload": None,
-                                 "verified_at": None}}  # fmt: skip
+                                 "verified_at": None}}
 
     def reaction_json(self, rid: int, login: str, content: str) -> dict[str, Any]:
         body = self.api.example("reaction")
@@ -1482,7 +1482,7 @@ class FakeGitHub:
         ref = q.get("ref", [None])[0]
         kinds = q.get("activity_type", [None])[0]
         items = [a for a in r.activity
-                 if (ref is None or a["ref"] in (ref, f"refs/heads/{ref}")) and (kinds is None or a["activity_type"] == kinds)]  # fmt: skip
+                 if (ref is None or a["ref"] in (ref, f"refs/heads/{ref}")) and (kinds is None or a["activity_type"] == kinds)]
         if q.get("direction", ["desc"])[0] == "desc":
             items = items[::-1]
         per_page = int(q.get("per_page", ["30"])[0])
@@ -1617,7 +1617,7 @@ class FakeGitHub:
         body.update(id=r.id, node_id=f"R_{r.id}", name=r.name, full_name=r.full_name,
                     owner=self.user_json(r.owner), private=r.private, fork=r.fork,
                     url=f"{self.base_url}/repos/{r.full_name}",
-                    html_url=f"https://github.com/{r.full_name}")  # fmt: skip
+                    html_url=f"https://github.com/{r.full_name}")
         return body
 
     def job_json(self, r: RepoState, run: RunState, job: JobState) -> dict[str, Any]:
@@ -1668,7 +1668,7 @@ class FakeGitHub:
                 "head_repository_id": r.id,
                 "head_branch": run.head_branch,
                 "head_sha": run.head_sha,
-            },  # fmt: skip
+            },
         }
 
     def _get_run(self, p: Mapping[str, str], q: Any, b: Any) -> Result:
@@ -1693,7 +1693,7 @@ class FakeGitHub:
         body.update(id=sid, node_id=f"SC_{sid}", state=b["state"], description=b.get("description"),
                     target_url=b.get("target_url"), context=b.get("context", "default"),
                     created_at=_now(), updated_at=_now(),
-                    url=f"{self.base_url}/repos/{r.full_name}/statuses/{p['sha']}")  # fmt: skip
+                    url=f"{self.base_url}/repos/{r.full_name}/statuses/{p['sha']}")
         body["creator"]["login"] = self.token_user
         self.statuses.append({**body, "repo": r.full_name, "sha": p["sha"]})
         return 201, body, {}
@@ -1755,7 +1755,7 @@ class FakeGitHub:
             self.blob_requests.append((target, dict(headers)))
             if "authorization" in headers:
                 self.errors.append(f"GET {target} (blob storage): sent an Authorization header; the "
-                                   "signed URL needs none, and the GitHub token must not leave GitHub")  # fmt: skip
+                                   "signed URL needs none, and the GitHub token must not leave GitHub")
                 return 400, b"authorization header not allowed with a signed URL"
             split = urlsplit(target)
             m = re.fullmatch(r"/artifacts/(\d+)\.zip", split.path)

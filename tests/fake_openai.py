@@ -82,7 +82,7 @@ def error(status: int, headers: Mapping[str, str] | None = None, message: str | 
         404: ("invalid_request_error", "model_not_found", f"The model `{MODEL}` does not exist or you do not have access to it."),
         429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests."),
         500: ("server_error", None, "The server had an error while processing your request. Sorry about that!"),
-    }  # fmt: skip
+    }
     kind, code, default = kinds[status]
     return Reply(status=status, error_type=kind, error_code=code, message=message or default,
                  headers=dict(headers or {}))
@@ -130,12 +130,12 @@ def _tool_call_problem(messages: Sequence[Mapping[str, Any]]) -> str | None:
         if role == "tool":
             if m.get("tool_call_id") not in pending:
                 return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
-                        "with 'tool_calls'.")  # fmt: skip
+                        "with 'tool_calls'.")
             pending.remove(m["tool_call_id"])
             continue
         if pending:
             return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}")  # fmt: skip
+                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}")
         if role == "assistant":
             pending = [c.get("id") for c in m.get("tool_calls") or []]
     return None
@@ -145,7 +145,7 @@ class FakeOpenAI:
     """The server. ``url`` is the base URL to hand to ``openai.OpenAI(base_url=...)``."""
 
     def __init__(self, api_key: str = API_KEY, models: Sequence[str] = (MODEL, "fake-model"),
-                 context: int | None = None, models_route: bool = True, fallback: Reply | None = None) -> None:  # fmt: skip
+                 context: int | None = None, models_route: bool = True, fallback: Reply | None = None) -> None:
         self.api_key = api_key
         self.fallback = fallback
         """The answer once the scripted ones are spent (a demonstration's "nothing more"); None: a 400 and a
@@ -214,7 +214,7 @@ class FakeOpenAI:
                 return 400, _error_body("BadRequestError", None, (
                     f"This model's maximum context length is {self.context} tokens. However, you requested "
                     f"{n_prompt + asked} tokens ({n_prompt} in the messages, {asked} in the completion). Please reduce "
-                    "the length of the messages or completion.")), {}  # fmt: skip
+                    "the length of the messages or completion.")), {}
             if not self.replies and self.fallback is not None:
                 self.replies.append(self.fallback)
             if not self.replies:
@@ -227,7 +227,7 @@ class FakeOpenAI:
             for name, arguments in reply.tool_calls:
                 self._calls += 1
                 tool_calls.append({"id": f"call_{self._calls}", "type": "function",
-                                   "function": {"name": name, "arguments": arguments}})  # fmt: skip
+                                   "function": {"name": name, "arguments": arguments}})
         if reply.status != 200:
             return reply.status, _error_body(reply.error_type, reply.error_code, reply.message), reply.headers
         message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
@@ -249,7 +249,7 @@ class FakeOpenAI:
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
                       "total_tokens": n_prompt + n_completion},
             "system_fingerprint": "fp_fake",
-        }, reply.headers  # fmt: skip
+        }, reply.headers
 
     def _models(self, path: str, headers: Mapping[str, str], body: Mapping[str, Any]) -> tuple[int, dict[str, Any], Mapping[str, str]]:
         self.model_requests.append(Request(path, headers, body))
@@ -260,7 +260,7 @@ class FakeOpenAI:
 
         def card(name: str) -> dict[str, Any]:
             return {"id": name, "object": "model", "created": 0, "owned_by": "fake",
-                    **({"max_model_len": self.context} if self.context is not None else {})}  # fmt: skip
+                    **({"max_model_len": self.context} if self.context is not None else {})}
 
         name = path.removeprefix("/v1/models").strip("/")
         if name:
@@ -329,7 +329,7 @@ class NetworkGuard:
 
         def allowed(host: object) -> bool:
             return host is None or (isinstance(host, (str, bytes)) and
-                                    (host.decode() if isinstance(host, bytes) else host) in LOOPBACK)  # fmt: skip
+                                    (host.decode() if isinstance(host, bytes) else host) in LOOPBACK)
 
         def guarded_create_connection(address: Any, *args: Any, **kw: Any) -> socket.socket:
             if not allowed(host_of(address)):

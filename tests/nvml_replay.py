@@ -44,7 +44,7 @@ class Recorded:
             call_s=(e["t"] - s["t"]) / d["loop"]["calls"],
             sm_clock_mhz=e["sm_clock_MHz"], mem_clock_mhz=e["mem_clock_MHz"],
             power_limit_w=e["power_limit_mW"] / 1e3, device=d["device"],
-        )  # fmt: skip
+        )
 
 
 @dataclass
@@ -119,9 +119,9 @@ class ReplayDevice:
     def read(self) -> Reading:
         self._advance()
         e = (self._energy_at(max(0.0, math.floor(self.clock.now / self.tick_s) * self.tick_s - self.lag_s))
-             if self.tick_s else self.energy_mj)  # fmt: skip
+             if self.tick_s else self.energy_mj)
         return Reading(self.clock.now, float(math.floor(e)), self._busy_w or self.rec.idle_w,
-                       self.rec.sm_clock_mhz, self.rec.mem_clock_mhz, 40.0, self.rec.power_limit_w)  # fmt: skip
+                       self.rec.sm_clock_mhz, self.rec.mem_clock_mhz, 40.0, self.rec.power_limit_w)
 
     def processes(self) -> tuple[int, ...] | None:
         return self.extra_pids

@@ -42,7 +42,7 @@ class World:
         out = self.tmp / "github_output"
         return Settings.from_env({"GITHUB_EVENT_NAME": event, "GITHUB_EVENT_PATH": str(path), "GITHUB_TOKEN": "t",
                                   "GITHUB_OUTPUT": str(out), "GITHUB_REPOSITORY": REPO, "KERNELPRO_DEVICE": "cpu",
-                                  "KERNELPRO_PROGRESS": "0", **env})  # fmt: skip
+                                  "KERNELPRO_PROGRESS": "0", **env})
 
     def comments(self) -> list[str]:
         issue = self.fake.repos[REPO].issues[1]
@@ -67,7 +67,7 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     fake.add_repo(REPO, sha=base)
     fake.link_git(REPO, origin)
     fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice",
-                  head_repo=kw.get("head_repo"))  # fmt: skip
+                  head_repo=kw.get("head_repo"))
     fake.set_role(REPO, "maint", "maintain")
     fake.set_role(REPO, "reader", "read")
     try:
@@ -156,12 +156,12 @@ def test_candidates_failing_everywhere_leave_the_baseline_and_open_no_pr(world: 
     t.update(winner=None, gates=[], statuses={"PASSED": 1, "COMPILE_ERROR": 9, "RUNTIME_ERROR": 6},
              stop_reason="budget spent (16 evaluations)",
              curve=[{"evaluation": i + 1, "best_speedup": 1.0, "status": "PASSED" if i == 0 else "COMPILE_ERROR"}
-                    for i in range(16)])  # fmt: skip
+                    for i in range(16)])
     (out / "summary.json").write_text(json.dumps(data))
     (out / "swiglu" / "patch.diff").unlink()
     s = world.settings("pull_request", labeled(world), GITHUB_STEP_SUMMARY=str(world.tmp / "summary.md"))
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri())  # fmt: skip
+                                 push_url=world.origin.as_uri())
     assert msg.startswith("comment-only:")
     body = _sticky(world)
     assert "the baseline stands" in body and "no candidate passed verification" in body
@@ -218,20 +218,20 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     out = _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     assert json.loads((out / "summary.json").read_text())["targets"][0]["winner"] is not None
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri())  # fmt: skip
+                                 push_url=world.origin.as_uri())
     assert msg.startswith("created:")
     # The `kernelpro` commit status on the approved head: pending from plan, then the verdict with the PR's link.
     st = [(x["sha"], x["state"], x["context"], x["description"], x.get("target_url")) for x in world.fake.statuses]
     (n,) = [i.number for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
     assert st == [(world.head, "pending", "kernelpro", "optimizing 1 kernel(s)", None),
                   (world.head, "success", "kernelpro",
-                   f"verified candidates (CPU interpreter: no GPU timing); follow-up #{n}", msg.split(" ", 1)[1])]  # fmt: skip
+                   f"verified candidates (CPU interpreter: no GPU timing); follow-up #{n}", msg.split(" ", 1)[1])]
     # The final sticky comment is the summary: verdict, caveat, follow-up link.
     assert "verified; CPU interpreter timing" in _sticky(world) and "**These timings are not GPU timings.**" in _sticky(world)
     # GITHUB_STEP_SUMMARY: optimize's report, then publish's table.
     assert "## kernelpro" in summary.read_text() and "| `swiglu` | **" in summary.read_text()
     again = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                   push_url=world.origin.as_uri())  # fmt: skip
+                                   push_url=world.origin.as_uri())
     assert again.startswith("updated:")  # the same event delivered twice: one branch, one PR
     pulls = [i for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
     assert len(pulls) == 1
@@ -240,20 +240,20 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     # A writer's /kernelpro retry updates that PR: no duplicate.
     r = world.settings("issue_comment", retry(world, "maint"))
     msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
     assert msg.startswith("updated:") and msg.endswith(f"/pull/{pulls[0].number}")
     # A maintainer closes the follow-up PR unmerged: declined. The label's event again publishes nothing...
     (old,) = pulls
     world.fake.close_pull(REPO, old.number)
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri())  # fmt: skip
+                                 push_url=world.origin.as_uri())
     assert msg.startswith("declined:") and "closed without merging" in _sticky(world)
     # ...until a writer asks with /kernelpro retry: a new PR that links the declined one.
     msg = action.publish_results(r, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
     assert msg.startswith("created:")
     (new,) = [i for i in world.fake.repos[REPO].issues.values()
-              if i.pull and i.pull.head_ref == "kernelpro/pr-1" and i.state == "open"]  # fmt: skip
+              if i.pull and i.pull.head_ref == "kernelpro/pr-1" and i.state == "open"]
     assert new.number != old.number and (new.body or "").startswith(f"Supersedes #{old.number}")
 
 
@@ -271,7 +271,7 @@ def test_publish_acknowledges_a_retry_with_a_thumbs_up(world: World, monkeypatch
     p = action.plan(s, world.checkout, world.fake.client())
     _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri())  # fmt: skip
+                                 push_url=world.origin.as_uri())
     assert msg.startswith("created:")
     assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
 
@@ -353,7 +353,7 @@ def test_progress_during_the_run_then_done(world: World, monkeypatch: pytest.Mon
 
     # publish writes the final state: done, with the follow-up PR; the live marker is gone.
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
     assert msg.startswith("created:")
     done = sticky_text()
     assert "**Follow-up pull request:**" in done and "/pull/" in done and not is_live(done, 77)
@@ -404,7 +404,7 @@ def test_a_retry_on_a_fork_puts_the_patch_in_the_comment(world: World, monkeypat
     assert p.run and p.head_sha == world.head  # fetched from refs/pull/1/head: the fork's commit
     _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
     assert msg.startswith("comment-only:") and "fork" in msg
     body = _sticky(world)
     assert "cannot push to" in body and "```diff\n--- a/kernels/swiglu.py" in body
@@ -427,7 +427,7 @@ def test_safe_retries(world: World) -> None:
     from github import Auth, Github, GithubException
 
     gh = Github(base_url=world.fake.base_url, auth=Auth.Token("t"), retry=action.retry_policy(),
-                seconds_between_requests=None, seconds_between_writes=None)  # fmt: skip
+                seconds_between_requests=None, seconds_between_writes=None)
     fake, repo = world.fake, gh.get_repo(REPO)
     fake.fail_next("GET", r"/pulls/1$", 502)
     assert repo.get_pull(1).number == 1  # a GET is retried
@@ -469,7 +469,7 @@ def test_github_errors_at_each_write_then_a_rerun_finishes(world: World, monkeyp
 
     def publish() -> str:
         return action.publish_results(s, world.checkout, world.tmp / "results", fake.client(),
-                                      push_url=world.origin.as_uri(), head_sha=p.head_sha)  # fmt: skip
+                                      push_url=world.origin.as_uri(), head_sha=p.head_sha)
 
     for method, path, status, said in [
         ("POST", r"/repos/octo/demo/pulls$", 500, "opening the pull request"),

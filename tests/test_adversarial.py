@@ -35,7 +35,7 @@ def settings(tmp_path: Path, **kw: object) -> EvalSettings:
     # A fresh interpreter per child here; tests/test_forkserver.py judges the same candidates forked
     # (the default), so both ways of starting a child meet every adversary.
     base = EvalSettings(device="cpu", trials=5, timeout_s=90, memory_limit_mb=2048, cache_dir=tmp_path / "cache",
-                        fork_server=False)  # fmt: skip
+                        fork_server=False)
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -52,7 +52,7 @@ def unconfined(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def candidate(name: str, source: str, dps: bool = False, definition: str = SWIGLU.name) -> Solution:
     return Solution(name, definition, "adversary", BuildSpec("python", ("cpu",), "cand.py::run", destination_passing_style=dps),
-                    (SourceFile("cand.py", source),))  # fmt: skip
+                    (SourceFile("cand.py", source),))
 
 
 def fixture(name: str) -> tuple[str, str, bool]:
@@ -71,7 +71,7 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
           "lazy_output", "lazy_mode", "aten_override", "rebind_harness", "rebind_harness_checks",
-          "precompute"]  # fmt: skip
+          "precompute"]
 
 
 def test_every_fixture_is_tested() -> None:
@@ -194,7 +194,7 @@ def test_reference_outputs_are_nowhere_to_be_found(tmp_path: Path) -> None:
 
 SECRETS = {"GITHUB_TOKEN": "ghp_adversarialTEST123", "KERNELPRO_LLM_API_KEY": "sk-adversarialTEST456",
            "OPENAI_API_KEY": "sk-openaiTEST789", "AWS_SECRET_ACCESS_KEY": "awsTEST000",
-           "ACTIONS_RUNTIME_TOKEN": "actionsTEST111"}  # fmt: skip
+           "ACTIONS_RUNTIME_TOKEN": "actionsTEST111"}
 
 
 def test_secrets_cannot_be_exfiltrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,7 +287,7 @@ def test_the_parent_kills_a_group_above_its_resident_memory_limit() -> None:
 
     hog = "import time; print('start', flush=True); x = b'x' * (1536 * 2**20); time.sleep(30)"
     proc = subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True)
     t0 = time.perf_counter()
     ended = _watch(proc, lambda: t0 + 60, 400)
     assert ended.reason == "memory" and ended.rss_mb > 400 and "start" in ended.log
@@ -310,7 +310,7 @@ def test_profiling_stages_split_the_childs_time_by_what_its_harness_reported() -
 
     stages: dict[str, float] = {}
     doc = {"phases": {"startup": 1.5}, "build": {"seconds": 3.25}, "profile": {"warmup_s": 0.5, "profiled_s": 2.0,
-                                                                               "profiled": "w0"}}  # fmt: skip
+                                                                               "profiled": "w0"}}
     _child_stages(stages, "ncu", 9.0, doc)
     assert stages == {"ncu": 9.0, "ncu.startup": 1.5, "ncu.import": 3.25, "ncu.warmup": 0.5, "ncu.profiled": 2.0}
     _child_stages(stages, "timeline", 4.0, None)  # a crashed child: its wall time only
@@ -367,12 +367,12 @@ def test_secrets_in_the_orchestrators_own_environment_stay_there(tmp_path: Path,
 
     if not isolate and os.geteuid() == 0:
         pytest.skip("as root a process reads any environ (CAP_SYS_PTRACE) unless a user namespace drops it: "
-                    "without namespaces the runner must not be root (docs/github.md)")  # fmt: skip
+                    "without namespaces the runner must not be root (docs/github.md)")
     if isolate and not network_isolation("cpu")[0]:
         pytest.skip(f"no namespaces on this machine: {network_isolation('cpu')[1]}")
     env = {**os.environ, **SECRETS}
     p = subprocess.run([sys.executable, "-c", _DRIVER, str(Path(__file__).parent), str(tmp_path), "1" if isolate else "0"],
-                       capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+                       capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["status"] == "RUNTIME_ERROR" and "EXFILTRATED=" in res["log"]
@@ -422,7 +422,7 @@ def test_truncating_an_output_file_cannot_crash_the_parent(tmp_path: Path) -> No
     import sys
 
     p = subprocess.run([sys.executable, "-c", _TRUNCATING, str(Path(__file__).parent), str(tmp_path)],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.returncode, p.stderr[-1500:])
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["status"] == fixture("truncate_outputs")[1], res

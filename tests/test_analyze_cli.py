@@ -66,7 +66,7 @@ def test_tools_list_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_analyze_finds_uncoalesced_loads(capsys: pytest.CaptureFixture[str]) -> None:
     out = _json(capsys, ["analyze", "--ncu-csv", str(H200 / "ncu_uncoalesced.csv"),
-                         "--sass", str(H200 / "sass_uncoalesced.txt"), "--json"])  # fmt: skip
+                         "--sass", str(H200 / "sass_uncoalesced.txt"), "--json"])
     tools = {f["tool"]: f for f in out["findings"]}
     assert out["bottleneck"] in (
         "memory",
@@ -102,12 +102,12 @@ def test_analyze_compute_bottleneck_finds_tensor_core_problems(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = _json(capsys, ["analyze", "--ncu-csv", str(H200 / "ncu_gemm_ffma.csv"), "--sass",
-                         str(H200 / "sass_gemm_ffma.txt"), "--bottleneck", "compute", "--json"])  # fmt: skip
+                         str(H200 / "sass_gemm_ffma.txt"), "--bottleneck", "compute", "--json"])
     tools = {f["tool"] for f in out["findings"]}
     assert out["bottleneck"] == "compute" and "tensor_core_underutilization" in tools
     assert "not relevant" in out["skipped"]["vectorization"]  # memory tools are filtered out
     wmma = _findings(capsys, ["--ncu-csv", str(H200 / "ncu_gemm_wmma.csv"), "--sass",
-                              str(H200 / "sass_gemm_wmma.txt"), "--bottleneck", "compute"])  # fmt: skip
+                              str(H200 / "sass_gemm_wmma.txt"), "--bottleneck", "compute"])
     assert "wgmma" in wmma["tensor_core_generation"]["title"]
 
 
@@ -123,9 +123,9 @@ def test_analyze_energy_flag(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("name", "flags", "tool"), [
     ("hmma_mma_sync", [], "tensor_core_generation"),
     ("spill_local", ["-maxrregcount=32"], "register_spills"),
-])  # fmt: skip
+])
 def test_analyze_cubin(capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, flags: list[str],
-                       tool: str) -> None:  # fmt: skip
+                       tool: str) -> None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not on PATH: the CI image has /usr/local/bin/nvcc (CUDA 13.0)")
@@ -171,7 +171,7 @@ def test_analyze_ncu_csv_without_a_kernel_exits_2(
 
 
 def test_analyze_ncu_rep_without_ncu_exits_2_with_the_fix(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KERNELPRO_NCU", raising=False)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)

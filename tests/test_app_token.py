@@ -25,7 +25,7 @@ def test_an_app_token_writes_as_the_app_with_labels_and_reviewers(world: World, 
     _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
     msg = action.publish_results(s, world.checkout, world.tmp / "results",
                                  world.fake.client(token="ghs_app_installation_token"),
-                                 push_url=world.origin.as_uri())  # fmt: skip
+                                 push_url=world.origin.as_uri())
     assert msg.startswith("created:")
     (pr,) = [i for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
     assert pr.user == APP
@@ -33,7 +33,7 @@ def test_an_app_token_writes_as_the_app_with_labels_and_reviewers(world: World, 
     assert pr.pull is not None and pr.pull.reviewers == ["bob", "team:kernel-team"]
     # One sticky comment, the App's, edited from queued to the final summary.
     stickies = [world.fake.comments[c] for c in world.fake.repos[REPO].issues[1].comments
-                if world.fake.comments[c].body.startswith("<!-- kernelpro:progress -->")]  # fmt: skip
+                if world.fake.comments[c].body.startswith("<!-- kernelpro:progress -->")]
     assert [c.user for c in stickies] == [APP]
     assert "**Follow-up pull request:**" in stickies[0].body
     assert {x["creator"]["login"] for x in world.fake.statuses} == {APP}

@@ -20,10 +20,10 @@ CHART_KEYS = {
     "maxRunners", "minRunners", "runnerGroup", "githubServerTLS", "keyVault", "containerMode",
     "listenerTemplate", "listenerMetrics", "template", "controllerServiceAccount", "namespaceOverride",
     "annotations", "labels", "resourceMeta",
-}  # fmt: skip
+}
 # Fields of a Kubernetes PodSpec / Container this file may use.
 POD_SPEC_KEYS = {"runtimeClassName", "nodeSelector", "tolerations", "automountServiceAccountToken",
-                 "securityContext", "containers", "initContainers", "volumes", "serviceAccountName"}  # fmt: skip
+                 "securityContext", "containers", "initContainers", "volumes", "serviceAccountName"}
 CONTAINER_KEYS = {"name", "image", "command", "args", "env", "resources", "securityContext", "volumeMounts"}
 
 

@@ -24,7 +24,7 @@ W = (Workload({"N": 1}, {}, "w1"), Workload({"N": 2}, {}, "w2"))
 
 def _outcome(*ms: float, status: str = "PASSED") -> Outcome:
     rows = tuple(WorkloadResult(w.uuid, status, timing=Timing(m, 0.98 * m, 1.02 * m, 0.01 * m, 100, "events"))
-                 for w, m in zip(W, ms, strict=True))  # fmt: skip
+                 for w, m in zip(W, ms, strict=True))
     return Outcome("h", status, rows)
 
 

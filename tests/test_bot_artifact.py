@@ -257,7 +257,7 @@ def test_bad_severity_refused(h200: Path) -> None:
 
 def test_base_branch_side_by_side_fields_load_and_a_bad_verdict_is_refused(h200: Path) -> None:
     side = {"status": "PASSED", "speedup_vs_head": 1.2, "low": 1.1, "high": 1.3, "verdict": "slower",
-            "head_drift": 0.05, "per_workload": [], "measured": "side by side: head, base, head"}  # fmt: skip
+            "head_drift": 0.05, "per_workload": [], "measured": "side by side: head, base, head"}
     edit_summary(h200, lambda d: d["targets"][0].update(base_branch=side))
     bb = load_results(h200, allowed_files=ALLOWED).targets[0].base_branch
     assert bb is not None and (bb.speedup_vs_head, bb.low, bb.high, bb.verdict, bb.head_drift) == (

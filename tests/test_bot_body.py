@@ -30,7 +30,7 @@ RUN = "https://github.com/acme/kernels/actions/runs/42"
 
 def body(results: Results, run_url: str | None = RUN) -> str:
     return render_body(results, pr_number=7, head_sha=SHA, run_url=run_url, kernelpro_version="0.1.0",
-                       programmer="llm", model="gpt-test")  # fmt: skip
+                       programmer="llm", model="gpt-test")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_gpu_body_has_every_field(gpu: Results) -> None:
     assert "<run-id>" not in b and "<artifact>" not in b and "<base>" not in b
     assert "**Shapes not measured:** the change applies to every call of these kernels" in b
     with_base = render_body(gpu, pr_number=7, head_sha=SHA, run_url=RUN, kernelpro_version="0.1.0",
-                            programmer="llm", model=None, base_sha="f" * 40)  # fmt: skip
+                            programmer="llm", model=None, base_sha="f" * 40)
     assert f"kernelpro optimize --repo . --base {'f' * 40} --head {SHA} --kernel swiglu" in with_base
     assert b.count("<details>") == b.count("</details>")
     assert b.count("```") % 2 == 0
@@ -221,7 +221,7 @@ def test_no_pr_comment(gpu: Results) -> None:
     from kernelpro.bot.artifact import Gate
 
     lost = dataclasses.replace(t, winner=None, patch="", patch_files=(), stop_reason="budget spent",
-                               gates=(Gate("swiglu-abc", False, 1.01, "slower than 1.03x on M=4096"),))  # fmt: skip
+                               gates=(Gate("swiglu-abc", False, 1.01, "slower than 1.03x on M=4096"),))
     c = render_no_pr_comment(dataclasses.replace(gpu, targets=(lost,)), run_url=RUN)
     assert "the baseline stands" in c
     assert "| `swiglu` | the baseline stands | n/a | 26-27 % (PR's kernel) |" in c
@@ -246,9 +246,9 @@ def test_summary_comment_is_a_full_report(gpu: Results, cpu: Results) -> None:
     t = gpu.targets[0]
     assert t.winner is not None
     w = dataclasses.replace(t.winner, workloads=tuple(dataclasses.replace(x, energy_ratio=r)
-                                                      for x, r in zip(t.winner.workloads, (0.5, 0.32), strict=True)))  # fmt: skip
+                                                      for x, r in zip(t.winner.workloads, (0.5, 0.32), strict=True)))
     e = render_summary_comment(dataclasses.replace(gpu, targets=(dataclasses.replace(t, winner=w),)), pr_number=7,
-                               head_sha=SHA, pr_url=pr_url, run_url=RUN)  # fmt: skip
+                               head_sha=SHA, pr_url=pr_url, run_url=RUN)
     assert "| PR vs base branch |" in e and "| energy |" in e and "| x0.40 per call (NVML) |" in e
     # Without a GPU: no speed claim in the headline, and the caveat.
     c = render_summary_comment(cpu, pr_number=7, head_sha=SHA, pr_url=pr_url, run_url=RUN)
@@ -271,7 +271,7 @@ def test_job_summary(gpu: Results) -> None:
 
 def test_wrong_head_sha_is_not_echoed(gpu: Results) -> None:
     b = render_body(gpu, pr_number=7, head_sha="`; rm -rf / #", run_url="javascript:alert(1)",
-                    kernelpro_version="0.1.0", programmer="tuner", model=None)  # fmt: skip
+                    kernelpro_version="0.1.0", programmer="tuner", model=None)
     assert "rm -rf" not in b and "javascript:" not in b and "unknown" in b
 
 
@@ -292,7 +292,7 @@ def _with_memcheck(tmp_path: Path, memcheck: object) -> Path:
     ({"status": "clean", "errors": 0, "detail": ""}, "compute-sanitizer memcheck found no memory errors"),
     ({"status": "not run", "errors": 0, "detail": "compute-sanitizer not found"}, "memcheck was not run"),
     (None, None),  # a CPU run, or results from before memcheck: nothing claimed
-])  # fmt: skip
+])
 def test_the_body_says_what_memcheck_found(tmp_path: Path, memcheck: object, said: str | None) -> None:
     text = body(load_results(_with_memcheck(tmp_path, memcheck), allowed_files=ALLOWED))
     assert (said in text) if said else ("memcheck" not in text)
@@ -312,7 +312,7 @@ def test_base_branch_comparison_shows_its_side_by_side_range(gpu: Results) -> No
     t = dataclasses.replace(gpu.targets[0], base_branch=BaseBranch("PASSED", 1.04, 0.97, 1.12, "on par", 0.15))
     b = body(dataclasses.replace(gpu, targets=(t,)))
     assert ("the PR's kernel is on par with the base branch's (0.96x (0.89x-1.03x, measured side by side: head, "
-            "base, head)): no difference beyond the margin") in b  # fmt: skip
+            "base, head)): no difference beyond the margin") in b
     t = dataclasses.replace(t, base_branch=BaseBranch("PASSED", None, verdict="not compared"))
     assert "not compared: a kernel failed when the two were re-measured side by side" in body(
         dataclasses.replace(gpu, targets=(t,)))
@@ -326,10 +326,10 @@ def test_the_summary_comment_counts_a_models_use_of_its_provider(tmp_path: Path)
     def llm(t: dict[str, Any]) -> None:
         t["programmer"] = {"name": "llm", "model": "@octocat <b>gpt</b>", "host": "https://evil.example/x",
                            "requests": 12, "tokens_in": 40_000, "tokens_out": 9_000, "retries": 2, "errors": 1,
-                           "answered": 11, "all_failed": False}  # fmt: skip
+                           "answered": 11, "all_failed": False}
 
     c = render_summary_comment(load_results(_edited(tmp_path, llm), allowed_files=ALLOWED), pr_number=7,
-                               head_sha=SHA, run_url=RUN)  # fmt: skip
+                               head_sha=SHA, run_url=RUN)
     assert "12 request(s), 40000 tokens in and 9000 out, 2 retry(ies), 1 error(s)" in c
     assert "Candidates for `swiglu` were written by llm" in c
     assert "<b>" not in c and "@octocat" not in c and "https://evil" not in c

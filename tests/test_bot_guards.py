@@ -26,7 +26,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 def _row(m: int, why: str, base: float, cand: float) -> dict[str, Any]:
     # Exactly the keys runner/guard.py's check writes for a timed shape.
     return {"uuid": f"guard-{m}", "axes": {"M": m}, "why": why, "baseline_ms": base, "candidate_ms": cand,
-            "speedup": base / cand, "noise": 1.04, "n": 120, "verdict": "ok"}  # fmt: skip
+            "speedup": base / cand, "noise": 1.04, "n": 120, "verdict": "ok"}
 
 
 GUARDS = GuardCheck(
@@ -36,7 +36,7 @@ GUARDS = GuardCheck(
      _row(4097, "M=4097: an odd size", 0.0911, 0.0702)),
     ({"uuid": "guard-1", "axes": {"M": 1}, "why": "M=1: the smallest size", "reason": "the pull request's kernel fails here (RUNTIME_ERROR)"},),
     ("M=65536: over the memory cap of the guard shapes (17.2 GB)",),
-)  # fmt: skip
+)
 
 
 def _results(tmp_path: Path, guards: dict[str, Any] | None) -> Path:
@@ -53,7 +53,7 @@ def _results(tmp_path: Path, guards: dict[str, Any] | None) -> Path:
 def body(results_dir: Path) -> str:
     results = load_results(results_dir, allowed_files=ALLOWED)
     return render_body(results, pr_number=7, head_sha=SHA, run_url=None, kernelpro_version="0.1.0",
-                       programmer="tuner", model=None)  # fmt: skip
+                       programmer="tuner", model=None)
 
 
 def test_guard_shapes_and_their_ratios_are_in_the_pr_body(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_guard_shapes_and_their_ratios_are_in_the_pr_body(tmp_path: Path) -> Non
                 "| M=4097 | M=4097: an odd size | 0.0911 | 0.0702 | 1.30x | 1.040 | ok |",
                 "| M=1 | M=1: the smallest size | - | - | - | - | not judged: the pull request's kernel fails here "
                 "\\(RUNTIME\\_ERROR\\) |",
-                "- M=65536: over the memory cap of the guard shapes \\(17.2 GB\\)"):  # fmt: skip
+                "- M=65536: over the memory cap of the guard shapes \\(17.2 GB\\)"):
         assert row in text, row
     assert text.count("<details>") == text.count("</details>")
 
@@ -94,7 +94,7 @@ def test_without_guard_shapes_the_body_says_only_the_workloads_were_measured(tmp
 
 def test_a_winner_the_guard_shapes_refused_is_not_a_winner(tmp_path: Path) -> None:
     refused = GuardCheck(False, "slower than the pull request's kernel beyond the noise on guard shape(s)",
-                         (_row(2048, "M=2048: a smaller power of two than listed", 0.030, 0.041),))  # fmt: skip
+                         (_row(2048, "M=2048: a smaller power of two than listed", 0.030, 0.041),))
     with pytest.raises(ArtifactError, match=r"winner\.guards.*not a verified winner"):
         load_results(_results(tmp_path, refused.to_json()), allowed_files=ALLOWED)
     forged = json.loads(json.dumps(GUARDS.to_json()))

@@ -150,7 +150,7 @@ def test_never_overwrites_the_final_state(world: World) -> None:
     w = world.watcher([])
     # publish wrote the final state before this poll
     world.sticky().update(progress_body("done", kernel_i=2, kernels=2, evaluations=20, best_speedup=3.5,
-                                        pr_url="https://github.com/acme/kernels/pull/9"), force=True)  # fmt: skip
+                                        pr_url="https://github.com/acme/kernels/pull/9"), force=True)
     before, n = world.comment(), world.writes()
     w.watch()
     assert world.comment() == before and world.writes() == n
@@ -253,7 +253,7 @@ def test_the_command_line_watches_until_the_jobs_are_done(
     path = write_event(world.tmp / "event.json", event)
     for k, v in {"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(path), "GITHUB_TOKEN": "t",
                  "GITHUB_API_URL": world.fake.base_url, "GITHUB_RUN_ID": str(RUN),
-                 "GITHUB_REPOSITORY": REPO}.items():  # fmt: skip
+                 "GITHUB_REPOSITORY": REPO}.items():
         monkeypatch.setenv(k, v)
     files = json.dumps(ALLOWED)
     assert main(["action", "progress", '--targets=["swiglu", "rms_norm"]', f"--files={files}", "--interval=0"]) == 0

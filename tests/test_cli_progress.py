@@ -35,7 +35,7 @@ def test_no_bar_in_a_log(monkeypatch: pytest.MonkeyPatch) -> None:
     out = _run(monkeypatch, io.StringIO())
     assert "\r" not in out and "eval/s" not in out and "it/s" not in out
     assert out.splitlines() == ["[swiglu] evaluation 1/4: new best in the search 1.00x (PASSED)",
-                                "[swiglu] evaluation 3/4: new best in the search 2.50x (PASSED)"]  # fmt: skip
+                                "[swiglu] evaluation 3/4: new best in the search 2.50x (PASSED)"]
 
 
 def test_a_bar_on_a_terminal_unless_no_color(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,7 +84,7 @@ def test_paths_stay_inside_the_checkout(checkout: Path) -> None:
     for bad, why in [("../secret/token.txt", "'..'"), ("/etc/passwd", "absolute"),
                      ("include/escape/token.txt", "symbolic link"), ("include/cute/token.hpp", "symbolic link"),
                      ("include/nope.hpp", "does not exist"), ("include/cute", "not a file"),
-                     ("include/./cute/../../../secret/token.txt", "'..'")]:  # fmt: skip
+                     ("include/./cute/../../../secret/token.txt", "'..'")]:
         out = s.call(READ, json.dumps({"path": bad}))
         assert out.startswith(f"{READ}: ") and why in out, (bad, out)
         assert "ghp_secret" not in out
@@ -161,7 +161,7 @@ def test_the_probe_measures_the_layout_with_nvcc(checkout: Path) -> None:
     fits = s.call(SMEM, json.dumps({"arch": "sm_90a", "buffers": [
         {"name": "A", "dtype": "bfloat16", "shape": [3, 128, 64], "align": 128},
         {"name": "B", "dtype": "float8_e4m3", "shape": [3, 64, 128]},
-        {"name": "barriers", "dtype": "uint64", "shape": [3]}]}))  # fmt: skip
+        {"name": "barriers", "dtype": "uint64", "shape": [3]}]}))
     # 49152 + 24576 + 24 bytes, padded to the struct's 128-byte alignment.
     assert fits.startswith("FITS: sizeof(SharedStorage) = 73856 bytes") and "dynamic shared memory" in fits
     too_big = s.call(SMEM, json.dumps({"arch": "sm_80", "buffers": [{"name": "A", "dtype": "float", "shape": [256, 256]}]}))
@@ -169,7 +169,7 @@ def test_the_probe_measures_the_layout_with_nvcc(checkout: Path) -> None:
 
 
 def test_the_model_searches_the_checkout_before_answering(
-        server: FakeOpenAI, target: Target, repo_root: Path, checkout: Path) -> None:  # fmt: skip
+        server: FakeOpenAI, target: Target, repo_root: Path, checkout: Path) -> None:
     """Proactive mode (the default): the code-search functions are offered by themselves; the model
     greps, reads what it found, checks a layout, then answers; every result went back to it."""
     server.script(

@@ -46,7 +46,7 @@ def test_unknown_kernel_is_answered_with_the_configured_names(world: World) -> N
     ("/kernelpro retry --kernel", "Name a kernel configured"),
     ("/kernelpro retry abc123", "full 40-character commit SHA"),
     ("/kernelpro rerun", "Use one of the commands below"),
-])  # fmt: skip
+])
 def test_every_bad_argument_is_answered_with_its_fix(world: World, body: str, fix: str) -> None:
     p, cid = _plan(world, "maint", body)
     assert not p.run
@@ -83,7 +83,7 @@ def test_cancel_stops_the_live_run_and_only_for_writers(world: World) -> None:
     assert f"[workflow run {run.id}]" in _last(world) and "was asked to stop" in _last(world)
     assert "cancelled by maint" in _sticky(world) and "kernelpro:live" not in _sticky(world)
     assert any(r.method == "POST" and r.template == "/repos/{owner}/{repo}/actions/runs/{run_id}/cancel"
-               for r in world.fake.requests)  # fmt: skip
+               for r in world.fake.requests)
     # Nothing is live any more: a second cancel says so.
     _plan(world, "maint", "/kernelpro cancel")
     assert "nothing to cancel" in _last(world)

@@ -98,7 +98,7 @@ GEMM = Definition.from_json({
     "inputs": {"a": {"shape": ["M", "K"], "dtype": "float32"}, "b": {"shape": ["K", "M"], "dtype": "float32"}},
     "outputs": {"out": {"shape": ["M", "M"], "dtype": "float32"}},
     "reference": "import torch\n\ndef run(a, b):\n    return a @ b\n",
-})  # fmt: skip
+})
 
 
 def _sol(name: str, body: str) -> Solution:

@@ -46,12 +46,12 @@ class Jail:
         scratch = Path(tempfile.mkdtemp(prefix=f"{case}-", dir=self.root / "scratch"))
         self._own(scratch)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root / "home"), "LANG": "C.UTF-8",
-               "KERNELPRO_LLM_API_KEY": CANARY}  # fmt: skip
+               "KERNELPRO_LLM_API_KEY": CANARY}
         doc = json.dumps({"dir": str(scratch), "canary": CANARY, **arg})
         # A shell that stays alive beside kernelpro with the key in its environment, as a workflow
         # step's shell does.
         cmd = [*self.prefix, "/bin/sh", "-c", 'cd "$1" && "$2" "$3" "$4" "$5"; exit $?', "sh", str(scratch),
-               self.python, str(SCENARIO), case, doc]  # fmt: skip
+               self.python, str(SCENARIO), case, doc]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
         assert p.returncode == 0 and lines, f"scenario {case} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -73,7 +73,7 @@ def _as_user_prefix() -> tuple[tuple[str, ...], int]:
         pw = pwd.getpwnam(USER)
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", USER],
-                       check=True, capture_output=True)  # fmt: skip
+                       check=True, capture_output=True)
         pw = pwd.getpwnam(USER)
     return ("setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--"), pw.pw_uid
 
@@ -103,11 +103,11 @@ def jail() -> Iterator[Jail]:
         # come from this interpreter's site-packages, read-only to the user (a .pth line).
         src = base / "src" / "kernelpro"
         shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info",
-                                                                  "__pycache__", "tests", "benchmarks"))  # fmt: skip
+                                                                  "__pycache__", "tests", "benchmarks"))
         subprocess.run([py, "-I", "-m", "venv", "--without-pip", str(base / "venv")], check=True)
         site = next((base / "venv" / "lib").glob("python*/site-packages"))
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-index", "--target", str(site), str(src)], check=True, capture_output=True)  # fmt: skip
+                        "--no-index", "--target", str(site), str(src)], check=True, capture_output=True)
         deps = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
         (site / "zz_dependencies.pth").write_text("\n".join(deps) + "\n")
         if prefix:
@@ -245,7 +245,7 @@ def test_the_policy_never_opens_tmp_home_or_the_checkout() -> None:
 
 
 def test_break1_a_head_config_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """No .kernelpro.yml on the base branch: the CLI falls back to the head's, which must not be a
     link to the orchestrator's environment either."""
     from kernelpro.cli import main

@@ -56,10 +56,10 @@ def test_every_corpus_space_is_what_the_tuner_can_reach(corpus: ModuleType) -> N
 def test_a_tuner_candidate_maps_to_its_swept_point(corpus: ModuleType) -> None:
     k = corpus.KERNELS[0]
     assert corpus.point_of(k, {"launcher.py::run:BLOCK_SIZE": 1024, "launcher.py::run:num_warps": 4,
-                               "launcher.py::run:num_stages": 3}) == {"BLOCK_SIZE": 1024, "num_warps": 4}  # fmt: skip
+                               "launcher.py::run:num_stages": 3}) == {"BLOCK_SIZE": 1024, "num_warps": 4}
     # num_stages is not swept for this loop-free kernel: moving it leaves the space.
     assert corpus.point_of(k, {"launcher.py::run:BLOCK_SIZE": 1024, "launcher.py::run:num_warps": 4,
-                               "launcher.py::run:num_stages": 2}) is None  # fmt: skip
+                               "launcher.py::run:num_stages": 2}) is None
     assert corpus.point_of(k, {"launcher.py::run:BLOCK_SIZE": 32, "launcher.py::run:num_warps": 4}) is None
     # The end-to-end table's reading of a winner that also moved num_stages: the H200's liger_swiglu
     # winner (benchmarks/results-h200-session5/corpus-c.json), whose config the table had printed as None.
@@ -72,7 +72,7 @@ def test_a_tuner_candidate_maps_to_its_swept_point(corpus: ModuleType) -> None:
 
 def test_the_tiny_cpu_run_sweeps_autotunes_replays_and_runs_kernelpro(
         corpus: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
@@ -81,7 +81,7 @@ def test_the_tiny_cpu_run_sweeps_autotunes_replays_and_runs_kernelpro(
     assert corpus.main(["--device", "cpu", "--tiny", "--reps", "2", "--out", str(tmp_path / "sweep")]) == 0
     assert "### End to end" not in capsys.readouterr().out
     rc = corpus.main(["--device", "cpu", "--tiny", "--out", str(tmp_path / "out"), "--no-sweep", "--sweep-json",
-                      str(tmp_path / "sweep" / "corpus.json"), "--e2e", "tiny_scale", "--e2e-budget", "2"])  # fmt: skip
+                      str(tmp_path / "sweep" / "corpus.json"), "--e2e", "tiny_scale", "--e2e-budget", "2"])
     assert rc == 0
     data = json.loads((tmp_path / "out" / "corpus.json").read_text())
     (row,) = data["rows"]
@@ -124,7 +124,7 @@ def _bowl(k, fail: set[str] = frozenset()) -> dict[str, dict]:  # type: ignore[n
         ms = 0.2 + 0.02 * (b - 12) ** 2 + 0.03 * (w - 3) ** 2 + 0.01 * abs(p.get("num_stages", 2) - 2)
         key = k.key(p)
         pts[key] = ({"config": p, "status": "COMPILE_ERROR", "error": "OutOfResources", "first_call_s": 1.0}
-                    if key in fail else {"config": p, "status": "PASSED", "ms": ms, "first_call_s": 1.0, "bench_s": 0.1})  # fmt: skip
+                    if key in fail else {"config": p, "status": "PASSED", "ms": ms, "first_call_s": 1.0, "bench_s": 0.1})
     return pts
 
 
@@ -157,14 +157,14 @@ def test_roofline_floor_uses_the_h200_ceilings(corpus: ModuleType, capsys: pytes
     row = {"kernel": k.name, "pr": k.key(k.pr), "upstream": k.key(k.upstream), "sweep": pts, "floor_ms": floor,
            "sweep_best": {"config": "x", "ms": 0.2}, "searches": [corpus.replay(k, pts, k.pr, "mcts", 30, 4) | {"start": "pr"}],
            "autotune": {"status": "PASSED", "pick_key": k.key(k.upstream), "pick_ms": 0.3, "seconds": 2.0,
-                        "cold_estimate_s": 40.0}}  # fmt: skip
+                        "cold_estimate_s": 40.0}}
     corpus.print_tables([row], 30)
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| liger_swiglu | pr |"))
     assert line.rstrip(" |").split("|")[-1].strip() == f"{100 * floor / row['searches'][0]['best_ms']:.0f}"
 
 
 def test_out_of_time_kernels_are_skipped_and_the_tables_still_print(
-        corpus: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+        corpus: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert corpus.main(["--device", "cpu", "--tiny", "--minutes", "0", "--out", str(tmp_path)]) == 0
     (row,) = json.loads((tmp_path / "corpus.json").read_text())["rows"]
     assert row["error"] == "skipped: out of time"

@@ -70,7 +70,7 @@ def test_example_config_loads_a_cuda_target(repo: Path) -> None:
     assert t.launch.grid == ("cdiv(M * N, BLOCK_SIZE * VEC * ITEMS_PER_THREAD)",) and t.launch.block == ("BLOCK_SIZE",)
     assert [(a.name, a.ctype, a.source) for a in t.launch.args] == [
         ("a", "const float*", "tensor"), ("b", "const float*", "tensor"), ("out", "float*", "tensor"),
-        ("n", "long long", "value")]  # fmt: skip
+        ("n", "long long", "value")]
     assert t.launch.names() == {"BLOCK_SIZE", "VEC", "ITEMS_PER_THREAD"}
     sol = t.solution(repo)
     assert sol.spec.launch == t.launch
@@ -78,7 +78,7 @@ def test_example_config_loads_a_cuda_target(repo: Path) -> None:
     again = Solution.from_json(json.loads(json.dumps(sol.to_json())))
     assert again == sol and again.content_hash() == sol.content_hash()
     other = with_launch(repo, '    launch:\n      grid: ["cdiv(M * N, BLOCK_SIZE)"]\n      block: [BLOCK_SIZE]\n'
-                              '      args: ["const float* a", "const float* b", "float* out", "long long n = M * N"]\n')  # fmt: skip
+                              '      args: ["const float* a", "const float* b", "float* out", "long long n = M * N"]\n')
     assert load_config(other).target("swiglu_cuda").solution(repo).content_hash() != sol.content_hash()
 
 
@@ -120,7 +120,7 @@ def test_launch_errors_name_line_and_fix(repo: Path) -> None:
 
 def test_division_and_missing_launch_and_wrong_language(repo: Path) -> None:
     path = with_launch(repo, '    launch:\n      grid: ["M * N / 64"]\n      block: [64]\n'
-                             '      args: ["const float* a", "const float* b", "float* out"]\n')  # fmt: skip
+                             '      args: ["const float* a", "const float* b", "float* out"]\n')
     assert any("divides with '/'" in e and "cdiv(a, b)" in e for e in errors(path))
     path = with_launch(repo, "")
     assert any("a cuda target needs 'launch'" in e for e in errors(path))
@@ -151,7 +151,7 @@ TENSORS = {"x": ("float16", False), "eps": ("scalar:float32", False), "y": ("flo
     ("float eps", KernelArg("eps", "float", "scalar")),
     ("int M", KernelArg("M", "int", "axis")),
     ("unsigned long long total = M * H", KernelArg("total", "unsigned long long", "value", "M * H")),
-])  # fmt: skip
+])
 def test_parse_arg(decl: str, want: KernelArg) -> None:
     assert parse_arg(decl, TENSORS, ["M", "H"]) == want
 
@@ -167,7 +167,7 @@ def test_parse_arg(decl: str, want: KernelArg) -> None:
     ("wibble q", "unknown C type 'wibble'"),
     ("float** x", "pointers to pointers"),
     ("42", "not a parameter declaration"),
-])  # fmt: skip
+])
 def test_parse_arg_errors(decl: str, message: str) -> None:
     with pytest.raises(LaunchError, match=message.replace("(", r"\(").replace("*", r"\*")):
         parse_arg(decl, TENSORS, ["M", "H"])
@@ -189,7 +189,7 @@ def test_expressions_are_integer_and_safe() -> None:
 def test_source_constants() -> None:
     src = ("#define BLOCK_SIZE 256\n  #  define VEC (4)  // floats\nconstexpr int TILE = 64;\n"
            "static constexpr unsigned int K = 8u;\n#define NAME foo\n#define TWICE 1\n#define TWICE 2\n"
-           "int not_constant = 3;\n#define EXPR (2*BLOCK_SIZE)\n")  # fmt: skip
+           "int not_constant = 3;\n#define EXPR (2*BLOCK_SIZE)\n")
     assert source_constants({"a.cu": src}) == {"BLOCK_SIZE": 256, "VEC": 4, "TILE": 64, "K": 8}
 
 
@@ -210,12 +210,12 @@ class FakeTensor:
 def test_pack_lays_out_every_parameter_as_its_c_type() -> None:
     args = (KernelArg("x", "const half*", "tensor"), KernelArg("eps", "float", "scalar"), KernelArg("M", "int", "axis"),
             KernelArg("n", "long long", "value", "M * H"), KernelArg("flag", "unsigned char", "value", "1"),
-            KernelArg("d", "double", "scalar"))  # fmt: skip
+            KernelArg("d", "double", "scalar"))
     x = FakeTensor(0x7F00_1234_5678, (3, 4))
     params, storage = pack(args, {"x": x, "eps": 1e-6, "d": 2.5}, {"M": 3, "H": 2**31})
     raw = [ctypes.string_at(params[i], ctypes.sizeof(s)) for i, s in enumerate(storage)]
     assert raw == [struct.pack("<Q", 0x7F00_1234_5678), struct.pack("<f", 1e-6), struct.pack("<i", 3),
-                   struct.pack("<q", 3 * 2**31), b"\x01", struct.pack("<d", 2.5)]  # fmt: skip
+                   struct.pack("<q", 3 * 2**31), b"\x01", struct.pack("<d", 2.5)]
     with pytest.raises(LaunchError, match="does not fit in int; declare it with a wider type"):
         pack((KernelArg("n", "int", "value", "M * H"),), {}, {"M": 3, "H": 2**31})
     with pytest.raises(LaunchError, match="expected a tensor"):
@@ -233,7 +233,7 @@ def test_launch_reads_axes_off_tensors_and_evaluates_the_geometry() -> None:
         {"grid": ["cdiv(M, ROWS)", "H // 64"], "block": ["THREADS", 2], "shared_mem": "THREADS * 4",
          "args": ["const half* x", "float eps", "half* y", "int M"]},
         "k", ["x", "eps"], ["y"], {"x": ("M", "H"), "eps": None, "y": ("M", "H")},
-        {"x": "float16", "eps": "float32", "y": "float16"}, {"H": 128})  # fmt: skip
+        {"x": "float16", "eps": "float32", "y": "float16"}, {"H": 128})
     assert launch is not None and not problems
     assert Launch.from_json(json.loads(json.dumps(launch.to_json()))) == launch
     axes = launch.axis_values([FakeTensor(1, (10, 128)), 0.5, FakeTensor(2, (10, 128))])
@@ -284,7 +284,7 @@ def test_concurrent_builds_of_one_source_compile_once(tmp_path: Path) -> None:
     src = {"k.cu": KERNEL.replace("#define BLOCK_SIZE 32", "#define BLOCK_SIZE 128")}
     results = []
     threads = [threading.Thread(target=lambda: results.append(build(src, "k.cu", tmp_path, arch="sm_90a")))
-               for _ in range(3)]  # fmt: skip
+               for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -301,7 +301,7 @@ def test_prebuild_then_the_harness_child_finds_the_cubin(repo: Path, tmp_path: P
         Solution(f"v{b}", base.definition, "t", base.spec,
                  (SourceFile(base.entry_file, KERNEL.replace("#define BLOCK_SIZE 32", f"#define BLOCK_SIZE {b}")),))
         for b in (64, 128)
-    ]  # fmt: skip
+    ]
     shared = tmp_path / "shared"
     built = prebuild(variants, cache_root(shared), workers=2)
     assert [b.ok for b in built] == [True, True, True] and len({b.key for b in built}) == 3
@@ -325,14 +325,14 @@ def test_harness_reports_compile_errors_and_missing_constants(repo: Path, tmp_pa
         return Solution("v", base.definition, "t", base.spec, (SourceFile(base.entry_file, text),))
 
     o = evaluate(target.definition, variant(KERNEL.replace("vo.v[k] =", "vo.v[k] = undefined_fn() +")),
-                 target.cpu_workloads, target.tolerance, es)  # fmt: skip
+                 target.cpu_workloads, target.tolerance, es)
     assert o.status == "COMPILE_ERROR" and "undefined_fn" in o.log, o.log
     o = evaluate(target.definition, variant(KERNEL.replace("#define VEC 1 ", "// no VEC\nconstexpr int VEC = 1; ")),
-                 target.cpu_workloads, target.tolerance, es)  # fmt: skip
+                 target.cpu_workloads, target.tolerance, es)
     assert o.status == "RUNTIME_ERROR", o.log  # constexpr constants count too: it built, only the launch is missing
     o = evaluate(target.definition, variant(KERNEL.replace("#define VEC 1 ", "#define VEC_WIDTH 1 ").replace("VEC>", "VEC_WIDTH>")
                  .replace("* VEC", "* VEC_WIDTH").replace("k < VEC", "k < VEC_WIDTH").replace("+ VEC", "+ VEC_WIDTH")),
-                 target.cpu_workloads, target.tolerance, es)  # fmt: skip
+                 target.cpu_workloads, target.tolerance, es)
     assert o.status == "COMPILE_ERROR" and "the launch uses VEC, but no source defines it" in o.log, o.log
 
 
@@ -363,12 +363,12 @@ def test_build_timing_is_reported(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     assert build_solution(Solution.from_json({
         "name": "x", "definition": "d", "author": "a", "spec": {"language": "cuda", "entry_point": "k.cu::k"},
-        "sources": [{"path": "k.cu", "content": '#include "/etc/passwd"\n'}]}), tmp_path, arch="sm_90a").status == "COMPILE_ERROR"  # fmt: skip
+        "sources": [{"path": "k.cu", "content": '#include "/etc/passwd"\n'}]}), tmp_path, arch="sm_90a").status == "COMPILE_ERROR"
     assert time.perf_counter() - t0 < 5
 
 
 def test_optimize_on_the_cpu_skips_cuda_targets_with_a_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelpro.cli import main, make_demo_repo
 
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
@@ -389,7 +389,7 @@ def test_default_arch_asks_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Monkey
         assert default_arch() == want, out
     # A host of an sm_90 GPU 0 and an sm_86 GPU 1, the runner pinned to GPU 1: asked about GPU 1.
     smi.write_text('#!/bin/sh\n[ "$1" = -i ] || { printf "9.0\\n8.6\\n"; exit; }\n'
-                   'case "$2" in 0) echo 9.0;; 1|GPU-b) echo 8.6;; *) exit 6;; esac\n')  # fmt: skip
+                   'case "$2" in 0) echo 9.0;; 1|GPU-b) echo 8.6;; *) exit 6;; esac\n')
     for visible, want in (("1", "sm_86"), ("GPU-b,0", "sm_86"), ("0", "sm_90a"), (None, "sm_90a"), ("MIG-x", "sm_90a")):
         if visible is None:
             monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -439,7 +439,7 @@ def test_torch_extension_target_builds_once_and_runs_on_the_cpu(repo: Path, tmp_
     (repo / "kernels" / "swiglu_ext.cpp").write_text(EXT_SOURCE)
     (repo / "kernels" / "scale.h").write_text("#pragma once\nconstexpr float kScale = 1.0f;\n")
     (repo / ".kernelpro.yml").write_text(EXT_CONFIG.replace('files: ["kernels/swiglu_ext.cpp"]',
-                                                            'files: ["kernels/swiglu_ext.cpp", "kernels/scale.h"]'))  # fmt: skip
+                                                            'files: ["kernels/swiglu_ext.cpp", "kernels/scale.h"]'))
     target = load_config(repo / ".kernelpro.yml").target("swiglu_ext")
     assert target.binding == "torch" and target.launch is None and target.destination_passing_style is False
     sol = target.solution(repo)

@@ -29,7 +29,7 @@ KERNEL = (EXAMPLE / "commit2" / "kernels" / "swiglu.cu").read_text()
 
 def _cuda_include() -> Path | None:
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
-                 *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)):  # fmt: skip
+                 *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)):
         if root and (Path(root) / "include" / "cuda.h").is_file():
             return Path(root) / "include"
     return None
@@ -42,7 +42,7 @@ def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         pytest.skip("needs cuda.h, a C compiler and nvcc")
     so = tmp_path_factory.mktemp("libcuda") / "libcuda.so.1"
     subprocess.run([cc, "-shared", "-fPIC", "-Wall", "-Werror", f"-I{include}", "-o", str(so),
-                    str(HERE / "fixtures" / "cuda_driver" / "fake_libcuda.c")], check=True)  # fmt: skip
+                    str(HERE / "fixtures" / "cuda_driver" / "fake_libcuda.c")], check=True)
     lib = ctypes.CDLL(str(so))
     lib.fake_stream.restype = ctypes.c_void_p
     lib.fake_dim.restype = ctypes.c_uint
@@ -105,7 +105,7 @@ def test_large_dynamic_shared_memory_opts_in_and_scalars_pack(fake_driver: ctype
         {"grid": ["cdiv(M, ROWS)", 2], "block": [128, 2], "shared_mem": "ROWS * N * 4",
          "args": ["const float* x", "float alpha", "float* y", "int M", "int r = ROWS"]},
         "rows", ["x", "alpha"], ["y"], {"x": ("M", "N"), "alpha": None, "y": ("M", "N")},
-        {"x": "float32", "alpha": "float32", "y": "float32"}, {"N": 4096})  # fmt: skip
+        {"x": "float32", "alpha": "float32", "y": "float32"}, {"N": 4096})
     assert launch is not None, problems
     fake_driver.fake_set_kernel(b"rows")
     call = cuda_module._launcher(launch, driver.load_kernel(built.cubin, "rows"), {"ROWS": 4})

@@ -28,7 +28,7 @@ def test_knobs_of_the_example_kernel() -> None:
     got = {(k.name, k.kind, k.value) for k in find_knobs(KERNEL)}
     assert got == {("BLOCK_SIZE", "threads", 32), ("VEC", "vector", 1), ("ITEMS_PER_THREAD", "work", 1),
                    ("min_blocks:swiglu_kernel", "min_blocks", 0), ("pragma_unroll#1", "unroll", UNROLL_FULL),
-                   ("pragma_unroll#2", "unroll", UNROLL_FULL)}  # fmt: skip
+                   ("pragma_unroll#2", "unroll", UNROLL_FULL)}
     assert all(k.value in k.choices and list(k.choices) == sorted(k.choices) for k in find_knobs(KERNEL))
 
 
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(THREADS * (2), 4) k2() {
 """
     got = {(k.name, k.kind, k.value) for k in find_knobs(src)}
     assert got == {("TILE_M", "tile", 64), ("ITEMS_PER_THREAD", "work", 4), ("min_blocks:k2", "min_blocks", 4),
-                   ("pragma_unroll#2", "unroll", 2)}  # fmt: skip
+                   ("pragma_unroll#2", "unroll", 2)}
     out = apply_knobs(src, {"TILE_M": 128, "min_blocks:k2": 0, "pragma_unroll#2": UNROLL_FULL, "ITEMS_PER_THREAD": 1})
     assert "#define TILE_M (128)" in out and "__launch_bounds__(THREADS * (2))" in out
     assert "#pragma unroll\n" in out and "constexpr int ITEMS_PER_THREAD = 1;" in out
@@ -72,7 +72,7 @@ def test_apply_is_identity_on_current_values_and_checks_its_input() -> None:
     out = apply_knobs(KERNEL, {"BLOCK_SIZE": 1024, "min_blocks:swiglu_kernel": 2, "pragma_unroll#2": 4})
     assert {k.name: k.value for k in find_knobs(out)} == {
         "BLOCK_SIZE": 1024, "VEC": 1, "ITEMS_PER_THREAD": 1, "min_blocks:swiglu_kernel": 2, "pragma_unroll#1": UNROLL_FULL,
-        "pragma_unroll#2": 4}  # fmt: skip
+        "pragma_unroll#2": 4}
     assert "__launch_bounds__(BLOCK_SIZE, 2)" in out and "#pragma unroll 4\n" in out
     # Only the digits changed: same lines, same layout.
     assert len(out.splitlines()) == len(KERNEL.splitlines())
@@ -131,7 +131,7 @@ def finding(tool: str) -> Finding:
 
 
 def propose(target: Target, repo: Path, mode: str, n: int, findings: tuple[Finding, ...] = (),
-            seen: set[str] | None = None) -> list[Candidate]:  # fmt: skip
+            seen: set[str] | None = None) -> list[Candidate]:
     sol = target.solution(repo)
     parent = Scored(Candidate(sol, None, "init", "the pull request's kernel"), Outcome(sol.content_hash(), "PASSED", ()), 1.0)
     ctx = Context(target=target, seen=lambda k: k in (seen or set()), device="cuda", findings=findings)
@@ -151,7 +151,7 @@ def test_findings_order_the_moves(cuda_target: tuple[Target, Path]) -> None:
     launch = propose(target, repo, "optimize", 1, (finding("launch_overhead"),))
     assert launch[0].note == "ITEMS_PER_THREAD 1->2"
     assert all(c.solution.sources[0].path == "kernels/swiglu.cu" and c.solution.spec == target.solution(repo).spec
-               for c in plain + vec + spills)  # only the kernel file changes; the launch stays the target's  # fmt: skip
+               for c in plain + vec + spills)  # only the kernel file changes; the launch stays the target's
 
 
 def test_proposals_are_deterministic_unique_and_skip_seen(cuda_target: tuple[Target, Path]) -> None:

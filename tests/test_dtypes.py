@@ -21,7 +21,7 @@ from kernelpro.runner.target import Tolerance
 from kernelpro.runner.trace import BuildSpec, Definition, Solution, SourceFile, Workload
 
 FLOATS = ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-          "float8_e5m2fnuz", "float8_e8m0fnu"]  # fmt: skip
+          "float8_e5m2fnuz", "float8_e8m0fnu"]
 INTEGERS = ["int8", "int16", "int32", "int64", "uint8", "bool"]
 
 # The reference doubles its input (an exact operation in every float kind, float8 included:
@@ -57,12 +57,12 @@ def definition(dtype: str) -> Definition:
         "inputs": {"x": {"shape": ["M", "N"], "dtype": dtype}},
         "outputs": {"y": {"shape": ["M", "N"], "dtype": dtype}},
         "reference": REFERENCE,
-    })  # fmt: skip
+    })
 
 
 def solution(defn: Definition, source: str) -> Solution:
     return Solution("cand", defn.name, "test", BuildSpec("python", ("cpu",), "cand.py::run"),
-                    (SourceFile("cand.py", source),))  # fmt: skip
+                    (SourceFile("cand.py", source),))
 
 
 def settings(tmp_path: Path) -> EvalSettings:
@@ -123,9 +123,9 @@ def test_tolerances_per_output(tmp_path: Path) -> None:
         "inputs": {"x": {"shape": ["M", "N"], "dtype": "bfloat16"}},
         "outputs": {"y": {"shape": ["M", "N"], "dtype": "bfloat16"}, "ms": {"shape": ["M"], "dtype": "float32"}},
         "reference": STAT,
-    })  # fmt: skip
+    })
     sol = replace(solution(defn, STAT_CAND), spec=BuildSpec("python", ("cpu",), "cand.py::run",
-                                                             destination_passing_style=False))  # fmt: skip
+                                                             destination_passing_style=False))
     loads = [Workload.make(defn, {"M": 8})]
     strict = evaluate(defn, sol, loads, Tolerance(), settings(tmp_path))
     assert strict.status == "INCORRECT_NUMERICAL" and '"output": "ms"' in strict.log

@@ -88,7 +88,7 @@ def test_windows_are_interleaved_abba_with_idle_spread_through_the_run() -> None
 def test_idle_subtraction_uses_the_median_idle_window() -> None:
     def win(kind: str, e: float, s: float, calls: int = 0) -> Window:
         return Window(kind, None if kind == "idle" else "a", -1 if kind == "idle" else 0, calls, s, s, e,
-                      None, None, None, None)  # fmt: skip
+                      None, None, None, None)
 
     ws = [win("idle", 100_000, 1.0), win("idle", 500_000, 1.0), win("idle", 120_000, 1.0), win("arm", 700_000, 1.0, 1000)]
     assert idle_power_w(ws) == pytest.approx(120.0)  # the outlier idle window does not move it
@@ -123,7 +123,7 @@ def test_bootstrap_interval_matches_scipy_and_is_reproducible() -> None:
     xs = [10.0, 10.2, 9.9, 10.4, 10.1, 9.8, 10.3]
     ci = median_ci(xs, seed=5)
     ref = bootstrap((np.asarray(xs),), np.median, confidence_level=0.95, n_resamples=2000, method="percentile",
-                    random_state=np.random.default_rng(5)).confidence_interval  # fmt: skip
+                    random_state=np.random.default_rng(5)).confidence_interval
     assert ci.median == 10.1 and (ci.low, ci.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
     assert ci == median_ci(xs, seed=5)
     assert ci.low < 10.1 < ci.high
@@ -167,7 +167,7 @@ def _fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=by_index,
         nvmlDeviceGetHandleByUUID=by_uuid, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
         nvmlDeviceGetTotalEnergyConsumption=lambda h: 1000,
-    )  # fmt: skip
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     return asked
 
@@ -175,9 +175,9 @@ def _fake_pynvml(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
 @pytest.mark.parametrize(("visible", "asked"), [
     (None, ("index", 0)), ("2", ("index", 2)), ("3,0", ("index", 3)), (" 1 , 2", ("index", 1)),
     ("GPU-cccc,GPU-aaaa", ("uuid", "GPU-cccc")),
-])  # fmt: skip
+])
 def test_the_counter_read_is_the_gpu_the_children_use(monkeypatch: pytest.MonkeyPatch, visible: str | None,
-                                                      asked: tuple[str, object]) -> None:  # fmt: skip
+                                                      asked: tuple[str, object]) -> None:
     """NVML counts every GPU of the host whatever CUDA_VISIBLE_DEVICES says; the arms run in
     children that see only the visible ones, so the meter must open the first visible GPU."""
     calls = _fake_pynvml(monkeypatch)
@@ -209,7 +209,7 @@ SWISH = Definition.from_json({
     "name": "swish", "op_type": "elementwise", "axes": {"M": {"type": "var"}},
     "inputs": {"x": {"shape": ["M"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["M"], "dtype": "float32"}},
     "reference": "import torch\ndef run(x):\n    return x * torch.sigmoid(x)\n",
-})  # fmt: skip
+})
 
 KERNEL = '''
 import torch
@@ -235,13 +235,13 @@ def swish(x):
 def _solution(name: str, body: str) -> Solution:
     src = KERNEL.replace("DIVIDE", body)
     return Solution(name, "swish", "test", BuildSpec("triton", ("cuda",), "swish.py::swish", destination_passing_style=False),
-                    (SourceFile("swish.py", src),))  # fmt: skip
+                    (SourceFile("swish.py", src),))
 
 
 def test_measure_solutions_without_nvml_notes_it_and_keeps_the_work() -> None:
     w = Workload.make(SWISH, {"M": 1 << 20})
     out = measure_solutions(SWISH, {"baseline": _solution("a", "x / (1 + tl.exp(-x))")}, [w], "cuda",
-                            nbytes="8*M", flops="4*M")  # fmt: skip
+                            nbytes="8*M", flops="4*M")
     assert len(out) == 1 and out[0].measurement is None and "NVML unavailable" in out[0].note
     assert out[0].bytes == 8 << 20 and out[0].flops == 4 << 20
 
@@ -258,7 +258,7 @@ def test_measure_solutions_with_the_replay_gives_joules_per_gb() -> None:
 
     sols = {"baseline": _solution("a", "x / (1 + tl.exp(-x))"), "candidate": _solution("b", "x")}
     (we,) = measure_solutions(SWISH, sols, [w], "cuda", FAST, nbytes="8*M", open_device=lambda: dev,
-                              make_runner=make_runner, clock=clock, sleep=clock.sleep)  # fmt: skip
+                              make_runner=make_runner, clock=clock, sleep=clock.sleep)
     assert set(made[0]) == {"baseline", "candidate"} and made[0]["candidate"]["solution"]["name"] == "b"
     assert we.measurement is not None and we.measurement.ratios["candidate"].median == pytest.approx(0.9, rel=1e-3)
     j = we.measurement.arms["baseline"].dynamic_mj.median / 1e3
@@ -280,7 +280,7 @@ def test_child_runner_runs_arms_in_stopped_sandboxed_processes() -> None:
     w = Workload.make(SWISH, {"M": 300})
     reqs = {arm: {"definition": SWISH.to_json(), "solution": _solution(arm, body).to_json(), "workload": w.to_json(),
                   "device": "cpu"}
-            for arm, body in (("ieee", "x / (1 + tl.exp(-x))"), ("fast", "tl.fdiv(x, 1 + tl.exp(-x), ieee_rounding=False)"))}  # fmt: skip
+            for arm, body in (("ieee", "x / (1 + tl.exp(-x))"), ("fast", "tl.fdiv(x, 1 + tl.exp(-x), ieee_rounding=False)"))}
     runner = ChildRunner(reqs, timeout_s=120)
     try:
         pids = runner.pids()
@@ -305,10 +305,10 @@ def test_arms_replay_graphs_only_when_every_arm_was_captured() -> None:
 def test_child_runner_reports_a_candidate_that_does_not_build() -> None:
     w = Workload.make(SWISH, {"M": 64})
     bad = Solution("bad", "swish", "test", BuildSpec("triton", ("cuda",), "swish.py::swish", destination_passing_style=False),
-                   (SourceFile("swish.py", "raise RuntimeError('boom at import')\n"),))  # fmt: skip
+                   (SourceFile("swish.py", "raise RuntimeError('boom at import')\n"),))
     with pytest.raises(ArmFailed, match="boom at import"):
         ChildRunner({"bad": {"definition": SWISH.to_json(), "solution": bad.to_json(), "workload": w.to_json(),
-                             "device": "cpu"}}, timeout_s=60)  # fmt: skip
+                             "device": "cpu"}}, timeout_s=60)
 
 
 # --------------------------------------------------------------------------- the proxy
@@ -399,7 +399,7 @@ version: 1
 
 
 @pytest.mark.parametrize(("line", "mode"), [("", "off"), ("energy: off\n", "off"), ("energy: passive\n", "passive"),
-                                             ("energy: active\n", "active"), ("energy: 'off'\n", "off")])  # fmt: skip
+                                             ("energy: active\n", "active"), ("energy: 'off'\n", "off")])
 def test_energy_setting_in_the_config(tmp_path: Path, line: str, mode: str) -> None:
     from kernelpro.runner.config import parse_config
 
@@ -433,7 +433,7 @@ def _replay_meter(scale: dict[str, float], calls: list[list[str]]):
         runner.close = lambda: None  # type: ignore[attr-defined]
         return measure_solutions(target.definition, solutions, workloads, "cpu", FAST, nbytes=target.bytes,
                                  open_device=lambda: dev, make_runner=lambda reqs, t: runner, clock=clock,
-                                 sleep=clock.sleep)  # fmt: skip
+                                 sleep=clock.sleep)
 
     return meter
 
@@ -452,9 +452,9 @@ def selection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
         t = bench.target(root / "repo", 1 << 20)
         calls: list[list[str]] = []
         rs = RunSettings(search="greedy", budget=3, gate_trials=2, energy=mode, tie_noise=100.0,
-                         evaluation=EvalSettings(device="cpu", trials=1))  # fmt: skip
+                         evaluation=EvalSettings(device="cpu", trials=1))
         r = optimize(t, root / "repo", root / "out", bench.FixedProgrammer(["ieee", "fast"]), rs,
-                     meter=_replay_meter({"candidate1": 1.0, "candidate2": 0.8}, calls))  # fmt: skip
+                     meter=_replay_meter({"candidate1": 1.0, "candidate2": 0.8}, calls))
         out[mode] = (r, calls, root / "out")
     return out
 
@@ -497,7 +497,7 @@ def test_the_bot_reads_the_energy_into_the_pr_body(selection: dict[str, tuple], 
     w = results.targets[0].winner
     assert w is not None and w.workloads[0].energy_ratio == pytest.approx(0.8, rel=1e-3)
     text = render_body(results, pr_number=7, head_sha="0" * 40, run_url=None, kernelpro_version="0.1.0",
-                       programmer="fixed", model=None)  # fmt: skip
+                       programmer="fixed", model=None)
     assert "(x0.800, 95 % CI 0." in text
 
 
@@ -536,7 +536,7 @@ def test_benchmark_without_nvml_says_so_and_exits_cleanly(tmp_path: Path) -> Non
     import subprocess
 
     p = subprocess.run([sys.executable, str(Path(bench.__file__)), "--tiny", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("NVML unavailable") and "Traceback" not in p.stderr
     assert json.loads((tmp_path / "energy.json").read_text())["nvml"] == "unavailable"
@@ -562,7 +562,7 @@ def test_the_fast_division_compiles_to_far_fewer_instructions() -> None:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         src = triton.compiler.ASTSource(mod._swish_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
-                                        "BLOCK": "constexpr"}, constexprs={"BLOCK": 1024})  # fmt: skip
+                                        "BLOCK": "constexpr"}, constexprs={"BLOCK": 1024})
         try:
             compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
         except Exception as e:  # no ptxas in this triton wheel
@@ -583,7 +583,7 @@ def test_pr_body_shows_the_energy_ratio_and_its_interval() -> None:
     from kernelpro.bot.body import _energy_ratio
 
     w = WorkloadTiming("u", "M=4096", 1.0, None, None, 0.5, None, None, 2.0, None, None, 100, 0.012, 0.010,
-                       0.884, 0.871, 0.897)  # fmt: skip
+                       0.884, 0.871, 0.897)
     assert _energy_ratio(w) == " (x0.884, 95 % CI 0.871-0.897; dynamic, NVML)"
     assert _energy_ratio(WorkloadTiming("u", "M=1", 1.0, None, None, 0.5, None, None, 2.0, None, None, 1, None, None)) == ""
 
@@ -625,7 +625,7 @@ def test_benchmark_runs_every_part_on_the_cpu_against_a_replayed_counter(tmp_pat
 
     dev = ReplayDevice(REC, RealClock())
     rc = bench.main(["--tiny", "--out", str(tmp_path), "--windows", "2", "--window-s", "0.05", "--repeats", "2",
-                     "--no-profile"], open_device=lambda: dev, device="cpu")  # fmt: skip
+                     "--no-profile"], open_device=lambda: dev, device="cpu")
     out = capsys.readouterr().out
     assert rc == 0
     for heading in ("(a) Repeatability", "(b) A/A pair", "(c) Swish", "(d) The choice"):
@@ -667,7 +667,7 @@ def test_cli_energy_overrides_the_configuration(tmp_path: Path, monkeypatch: pyt
     for flag in ([], ["--energy", "active"]):
         out = tmp_path / f"out{len(flag)}"
         assert main(["optimize", "--repo", str(repo_dir), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                     "--budget", "1", *flag]) == 0  # fmt: skip
+                     "--budget", "1", *flag]) == 0
         r = json.loads((out / "swiglu" / "result.json").read_text())
         modes[tuple(flag)] = (r["energy_mode"], r["energy"]["notes"])
     assert modes[()] == ("passive", ["no GPU: energy was not measured"])
@@ -754,7 +754,7 @@ def _per_call(path: str) -> list[tuple[str, int, float]]:
     d = json.loads((H200 / path).read_text())
     tick = d["counter_update_ms"] / 1e3
     return [(w["arm"], round(w["seconds"] / tick), (w["energy_mj"] - d["idle_w"] * w["seconds"]) / w["calls"])
-            for w in d["windows"] if w["kind"] == "arm"]  # fmt: skip
+            for w in d["windows"] if w["kind"] == "arm"]
 
 
 def test_the_h200_windows_that_took_one_more_update_read_more_energy() -> None:
@@ -807,7 +807,7 @@ def test_a_ratio_is_never_surer_than_two_processes_of_one_kernel_agree() -> None
     # The same windows with a2 drawing 2 % less above idle: resolved, and by about that much.
     idle = d["idle_w"] * 1e3
     less = [_replace(w, energy_mj=idle * w.seconds + 0.98 * (w.energy_mj - idle * w.seconds)) if w.arm == "a2" else w
-            for w in windows]  # fmt: skip
+            for w in windows]
     r = summarize(less, ["a", "a2"], EnergySettings()).ratios["a2"]
     assert r.high < 1.0 and r.median == pytest.approx(0.98 * aa.median, rel=2e-3)
 

@@ -30,7 +30,7 @@ DEFINITION: dict[str, Any] = {
                "b": {"shape": ["M", "N"], "dtype": "float32"}},
     "outputs": {"out": {"shape": ["M", "N"], "dtype": "float32"}},
     "reference": "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n",
-}  # fmt: skip
+}
 INT_DEF_NAME = "add_i32_n128"
 INT_DEFINITION: dict[str, Any] = {
     "name": INT_DEF_NAME,
@@ -127,7 +127,7 @@ PY_NO_SECRETS = PY_TORCH.replace("    return", textwrap.indent(textwrap.dedent("
     seen += [k for k in ("KERNELPRO_LLM_API_KEY", "GITHUB_TOKEN") if k in os.environ]
     if seen:
         raise RuntimeError(f"secrets visible: {seen}")
-"""), "    ") + "    return")  # fmt: skip
+"""), "    ") + "    return")
 PY_DUMPS_ENV = PY_TORCH.replace(
     "    return",
     "    import os\n    raise RuntimeError('ENV=' + repr(sorted(os.environ.items())))\n    return",
@@ -182,12 +182,12 @@ def defs(tmp_path: Path) -> types.SimpleNamespace:
     (d / "add_i32.json").write_text(json.dumps(INT_DEFINITION, indent=2))
     (d / "workloads.jsonl").write_text("".join(json.dumps(w) + "\n" for w in WORKLOADS))
     return types.SimpleNamespace(swiglu=d / "swiglu.json", add_i32=d / "add_i32.json",
-                                 workloads=d / "workloads.jsonl", out=tmp_path / "traces.jsonl")  # fmt: skip
+                                 workloads=d / "workloads.jsonl", out=tmp_path / "traces.jsonl")
 
 
 def solution(tmp_path: Path, name: str, source: str, *, language: str = "triton", dps: bool = False,
              definition: str = DEF_NAME, entry: str = "kernels/cand.py::run",
-             path: str = "kernels/cand.py") -> Path:  # fmt: skip
+             path: str = "kernels/cand.py") -> Path:
     doc = {
         "name": name,
         "definition": definition,
@@ -208,11 +208,11 @@ def solution(tmp_path: Path, name: str, source: str, *, language: str = "triton"
 
 def evaluate(defs: types.SimpleNamespace, sol: Path, fib_trace: Any, *extra: str,
              definition: Path | None = None, workloads: Path | None | bool = True,
-             trials: int = 2) -> tuple[int, list[dict[str, Any]]]:  # fmt: skip
+             trials: int = 2) -> tuple[int, list[dict[str, Any]]]:
     """Run `kernelpro evaluate`; return its exit code and the trace lines it appended."""
     before = defs.out.read_text().splitlines() if defs.out.exists() else []
     argv = ["evaluate", "--definition", str(definition or defs.swiglu), "--solution", str(sol),
-            "--out", str(defs.out), "--trials", str(trials), *extra]  # fmt: skip
+            "--out", str(defs.out), "--trials", str(trials), *extra]
     if workloads is True:
         workloads = defs.workloads
     if workloads:
@@ -253,7 +253,7 @@ def assert_passed(
 
 
 def test_triton_value_returning_passes(tmp_path: Path, defs: Any, fib_trace: Any,
-                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                       capsys: pytest.CaptureFixture[str]) -> None:
     rc, lines = evaluate(defs, solution(tmp_path, "tri-ret", TRITON_RETURNING), fib_trace)
     assert rc == 0
     assert_passed(lines)
@@ -277,7 +277,7 @@ def test_plain_python_torch_passes(tmp_path: Path, defs: Any, fib_trace: Any) ->
 
 
 def test_definition_without_var_axes_needs_no_workloads_and_ints_are_exact(
-        tmp_path: Path, defs: Any, fib_trace: Any) -> None:  # fmt: skip
+        tmp_path: Path, defs: Any, fib_trace: Any) -> None:
     good = solution(tmp_path, "int-exact", INT_EXACT, dps=True, definition=INT_DEF_NAME)
     rc, lines = evaluate(defs, good, fib_trace, definition=defs.add_i32, workloads=None)
     assert rc == 0 and len(lines) == 1
@@ -289,7 +289,7 @@ def test_definition_without_var_axes_needs_no_workloads_and_ints_are_exact(
 
 
 def test_wrong_math_is_incorrect_numerical(tmp_path: Path, defs: Any, fib_trace: Any,
-                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     rc, lines = evaluate(defs, solution(tmp_path, "wrong-math", TRITON_WRONG_MATH), fib_trace)
     assert rc == 0  # a failing candidate is a result, not a failing command
     assert statuses(lines) == ["INCORRECT_NUMERICAL"] * 2
@@ -327,7 +327,7 @@ def test_compile_errors(tmp_path: Path, defs: Any, fib_trace: Any, name: str, so
 
 
 def test_runtime_error_keeps_the_message(tmp_path: Path, defs: Any, fib_trace: Any,
-                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                         capsys: pytest.CaptureFixture[str]) -> None:
     rc, lines = evaluate(
         defs, solution(tmp_path, "raises", PY_RAISES, language="python"), fib_trace
     )
@@ -345,7 +345,7 @@ def test_runtime_error_keeps_the_message(tmp_path: Path, defs: Any, fib_trace: A
     ids=["float64", "half_the_columns"],
 )
 def test_wrong_dtype_and_shape(tmp_path: Path, defs: Any, fib_trace: Any, name: str, source: str,
-                               status: str) -> None:  # fmt: skip
+                               status: str) -> None:
     rc, lines = evaluate(
         defs, solution(tmp_path, name, source, language="python"), fib_trace, trials=1
     )
@@ -370,7 +370,7 @@ def test_integer_off_by_one_in_one_element_fails(tmp_path: Path, defs: Any, fib_
 def test_timeout_kills_a_sleeping_candidate(tmp_path: Path, defs: Any, fib_trace: Any) -> None:
     t0 = time.monotonic()
     rc, lines = evaluate(defs, solution(tmp_path, "sleeps", PY_SLEEPS, language="python"), fib_trace,
-                         "--timeout", "8", trials=1)  # fmt: skip
+                         "--timeout", "8", trials=1)
     assert time.monotonic() - t0 < 30
     assert rc == 0
     assert statuses(lines) == ["TIMEOUT"] * 2
@@ -381,7 +381,7 @@ def test_timeout_kills_a_sleeping_candidate(tmp_path: Path, defs: Any, fib_trace
 
 
 def test_candidate_sees_no_secrets(tmp_path: Path, defs: Any, fib_trace: Any,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELPRO_LLM_API_KEY", "sekrit")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
     monkeypatch.setenv("SOME_OTHER_SECRET", "ghp_x")
@@ -392,7 +392,7 @@ def test_candidate_sees_no_secrets(tmp_path: Path, defs: Any, fib_trace: Any,
     assert_passed(lines, max_abs=0.0)
 
     rc, lines = evaluate(defs, solution(tmp_path, "dump-env", PY_DUMPS_ENV, language="python"), fib_trace,
-                         trials=1)  # fmt: skip
+                         trials=1)
     assert rc == 0 and statuses(lines)[0] == "RUNTIME_ERROR"
     log = lines[0]["evaluation"]["log"]
     assert "ENV=[" in log and "'HOME'" in log  # the candidate's environment did reach the log
@@ -496,10 +496,10 @@ def test_missing_required_option_is_a_usage_error(
 
 
 def test_cli_reports_the_sandbox_and_takes_a_float64_reference(
-        tmp_path: Path, defs: Any, fib_trace: Any, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+        tmp_path: Path, defs: Any, fib_trace: Any, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     rc, lines = evaluate(defs, solution(tmp_path, "py-f64", PY_TORCH, language="python"), fib_trace,
-                         "--float64-reference")  # fmt: skip
+                         "--float64-reference")
     assert rc == 0
     assert_passed(lines, max_abs=0.0)
     assert all("float64_ratio" in t["evaluation"]["correctness"]["extra"] for t in lines)
@@ -512,6 +512,6 @@ def test_driver_version_is_read_from_the_kernel_module(tmp_path: Path) -> None:
 
     f = tmp_path / "version"
     f.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Sat Sep 13 2025\n"
-                 "GCC version:  gcc version 12.2.0\n")  # fmt: skip
+                 "GCC version:  gcc version 12.2.0\n")
     assert _driver_version(f) == "580.159.04"
     assert _driver_version(tmp_path / "absent") is None

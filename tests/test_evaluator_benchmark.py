@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_tiny_mode_runs_every_part_and_writes_the_json(tmp_path: Path) -> None:
     env = {**os.environ, "KERNELPRO_PROGRESS": "0"}
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evaluator.py"), "--device", "cpu", "--tiny",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "not GPU timings" in p.stdout and "| A/A false 'faster'" in p.stdout
     res = json.loads((tmp_path / "evaluator.json").read_text())
@@ -28,5 +28,5 @@ def test_tiny_mode_runs_every_part_and_writes_the_json(tmp_path: Path) -> None:
 
 def test_tiny_is_refused_on_the_gpu(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evaluator.py"), "--device", "cuda", "--tiny",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--tiny is the CPU check" in p.stderr

@@ -32,7 +32,7 @@ def _extractor(server: FakeOpenAI) -> LLMExtractor:
 
 def _answer(**sections: list[object]) -> str:
     return json.dumps({k: sections.get(k, []) for k in ("search_findings", "errors_corrections",
-                                                       "successful_patterns", "key_files", "learnings")})  # fmt: skip
+                                                       "successful_patterns", "key_files", "learnings")})
 
 
 def _iteration(m: SearchMemory) -> None:
@@ -81,9 +81,9 @@ def test_an_extraction_adds_a_bounded_number_of_entries(server: FakeOpenAI) -> N
 
 
 @pytest.mark.parametrize("reply", [error(500), ok("I think the kernel is fine."), ok(_answer(), "length"),
-                                   ok(json.dumps({"notes": ["x"]}))])  # fmt: skip
+                                   ok(json.dumps({"notes": ["x"]}))])
 def test_a_failed_extraction_falls_back_to_the_rules(server: FakeOpenAI, caplog: pytest.LogCaptureFixture,
-                                                     reply: object) -> None:  # fmt: skip
+                                                     reply: object) -> None:
     m = SearchMemory(extractor=_extractor(server))
     rules = SearchMemory()
     _iteration(m)
@@ -105,7 +105,7 @@ def test_memory_off_makes_no_call(server: FakeOpenAI) -> None:
 
 def test_parse_refuses_what_is_not_the_five_sections() -> None:
     assert parse('Sure! {"learnings": ["a", 3, null], "errors_corrections": "not a list"}') == {
-        "learnings": ["a"], "errors_corrections": []}  # fmt: skip
+        "learnings": ["a"], "errors_corrections": []}
     with pytest.raises(ExtractionError, match="not a JSON object"):
         parse("no")
     with pytest.raises(ExtractionError, match="none of the sections"):
@@ -113,7 +113,7 @@ def test_parse_refuses_what_is_not_the_five_sections() -> None:
 
 
 def test_the_loop_extracts_between_iterations_and_the_next_prompt_has_it(
-        server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """optimize() with the LLM programmer and the LLM extractor on one endpoint: programmer, memory,
     programmer, in that order, and the second prompt carries what the extraction found; no new
     evaluation, no new extraction."""
@@ -137,19 +137,19 @@ def test_the_loop_extracts_between_iterations_and_the_next_prompt_has_it(
     )
     rs = RunSettings(search="greedy", budget=4, per_step=1, evaluation=EvalSettings(device="cpu"), gate_top=0)
     result = optimize(target, tmp_path, tmp_path / "out", LLMProgrammer(client, MODEL, max_tokens=1000), rs,
-                      extractor=LLMExtractor(client, MODEL))  # fmt: skip
+                      extractor=LLMExtractor(client, MODEL))
     assert len(server.requests) == 4
     assert "candidates" in server.requests[0].text() and "search memory" in server.requests[1].text()
     assert "BLOCK_SIZE 64->512 made it 8x faster" in server.requests[2].text()
     assert "Propose 1 candidate" in server.requests[3].text()
     assert {"section": "successful_patterns", "text": "BLOCK_SIZE 64->512 made it 8x faster", "evaluation": 1,
-            "by": "llm"} in list(result.memory)  # fmt: skip
+            "by": "llm"} in list(result.memory)
     report = (tmp_path / "out" / "report.md").read_text()
     assert "successful_patterns (evaluation 1, extracted by the model): BLOCK_SIZE 64->512 made it 8x faster" in report
 
 
 def test_a_resumed_run_restores_the_models_memory_instead_of_asking_again(
-        server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import test_resume
 
     from kernelpro.runner.evaluator import EvalSettings
@@ -162,17 +162,17 @@ def test_a_resumed_run_restores_the_models_memory_instead_of_asking_again(
 
     def cand(block: int) -> object:
         return ok(json.dumps({"candidates": [{"strategy": f"BLOCK_SIZE {block}", "files": [
-            {"path": "k.py", "content": src.replace("BLOCK_SIZE = 64", f"BLOCK_SIZE = {block}")}]}]}))  # fmt: skip
+            {"path": "k.py", "content": src.replace("BLOCK_SIZE = 64", f"BLOCK_SIZE = {block}")}]}]}))
 
     client = openai.OpenAI(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=10)
 
     def run(budget: int) -> object:
         rs = RunSettings(search="greedy", budget=budget, per_step=1, evaluation=EvalSettings(device="cpu"), gate_top=0)
         return optimize(target, tmp_path, tmp_path / "out", LLMProgrammer(client, MODEL, max_tokens=1000), rs,
-                        extractor=LLMExtractor(client, MODEL))  # fmt: skip
+                        extractor=LLMExtractor(client, MODEL))
 
     server.script(cand(512), ok(_answer(successful_patterns=["512 beat 64"])), cand(1024),
-                  ok(_answer(successful_patterns=["1024 beat 512"])))  # fmt: skip
+                  ok(_answer(successful_patterns=["1024 beat 512"])))
     run(3)
     assert len(server.requests) == 4
     # The rerun asks the programmer once, with the restored memory, then extracts only the new evaluation.

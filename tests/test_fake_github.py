@@ -175,12 +175,12 @@ def test_workflow_run_jobs_and_artifacts(fake: FakeGitHub, gh: Github, tmp_path)
     listed = list(wr.jobs("latest"))  # per_page=2: two pages
     assert [(j.name, j.status, j.conclusion) for j in listed] == [
         ("optimize k0", "completed", "success"), ("optimize k1", "queued", None),
-        ("optimize k2", "queued", None)]  # fmt: skip
+        ("optimize k2", "queued", None)]
     (a,) = list(wr.get_artifacts())
     assert (a.id, a.name, a.expired) == (art.id, "kernelpro-result-0", False)
     # The download: a 302 to the storage host, which needs no token.
     r = requests.get(f"{fake.base_url}/repos/o/r/actions/artifacts/{a.id}/zip",
-                     headers={"Authorization": "Bearer t"}, allow_redirects=False, timeout=5)  # fmt: skip
+                     headers={"Authorization": "Bearer t"}, allow_redirects=False, timeout=5)
     assert r.status_code == 302 and r.headers["Location"].startswith(fake.blob_url)
     blob = requests.get(r.headers["Location"], timeout=5)
     assert zipfile.ZipFile(io.BytesIO(blob.content)).namelist() == ["k0/result.json"]

@@ -20,7 +20,7 @@ DEFINITION = load_definition(ROOT / "examples" / "demo" / "commit1" / "definitio
 
 def _py(source: str, language: str = "python", path: str = "k.py") -> Solution:
     return Solution("t", DEFINITION.name, "t", BuildSpec(language, ("cpu",), f"{path}::swiglu", destination_passing_style=False),
-                    (SourceFile(path, source),))  # fmt: skip
+                    (SourceFile(path, source),))
 
 
 SILU = "import torch\n\ndef swiglu(a, b):\n    return torch.nn.functional.silu(a) * b\n"

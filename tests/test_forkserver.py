@@ -48,7 +48,7 @@ def test_every_hostile_candidate_gets_the_same_verdict_when_forked(tmp_path: Pat
 
 @isolated
 def test_a_forked_child_is_pid_1_of_its_own_namespace_with_no_secrets(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
     outcome, expect = judge(tmp_path, "env_secrets", fork_server=True)
@@ -60,7 +60,7 @@ def test_a_forked_child_is_pid_1_of_its_own_namespace_with_no_secrets(tmp_path: 
 
 @isolated
 def test_a_forked_child_has_no_network(tmp_path: Path, listener: tuple[int, list[bytes]],  # noqa: F811
-                                       request: pytest.FixtureRequest) -> None:  # fmt: skip
+                                       request: pytest.FixtureRequest) -> None:
     port, got = listener
     text, expect, _ = fixture("network")
     source = text.replace("PORT = 0", f"PORT = {port}")
@@ -85,7 +85,7 @@ def test_a_forked_child_is_killed_at_its_time_limit_and_its_crash_is_its_own(tmp
 
 
 def test_where_a_child_cannot_be_confined_a_fresh_interpreter_is_started(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(forkserver, "_REFUSED", {True: "no namespaces here", False: "no namespaces here"})
     outcome = evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), settings(tmp_path, fork_server=True))
     assert outcome.passed and "spawn" not in outcome.environment["sandbox"]
@@ -104,7 +104,7 @@ def test_children_are_forked_by_default(tmp_path: Path) -> None:
     from kernelpro.runner.evaluator import EvalSettings
 
     outcome = evaluate(SWIGLU, candidate("default", PY_TORCH), LOADS, Tolerance(),
-                       EvalSettings(device="cpu", cache_dir=tmp_path / "cache"))  # fmt: skip
+                       EvalSettings(device="cpu", cache_dir=tmp_path / "cache"))
     assert outcome.passed and outcome.environment["sandbox"].get("spawn") == FORKED, outcome.environment
 
 
@@ -114,7 +114,7 @@ def test_a_warm_server_that_dies_before_its_report_is_seen_at_once(tmp_path: Pat
     import time
 
     srv = forkserver.ForkServer({"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
-                                {"modules": ["json"], "blocked": []})  # fmt: skip
+                                {"modules": ["json"], "blocked": []})
     try:
         srv._proc.kill()
         start = time.monotonic()

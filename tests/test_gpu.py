@@ -80,7 +80,7 @@ def _solution(tmp_path: Path, name: str, source: str) -> Path:
         "spec": {"language": "triton", "target_hardware": ["cuda"], "entry_point": "kernels/swiglu.py::swiglu",
                  "destination_passing_style": False},
         "sources": [{"path": "kernels/swiglu.py", "content": source}],
-    }  # fmt: skip
+    }
     p = tmp_path / f"{name}.json"
     p.write_text(json.dumps(sol))
     return p
@@ -91,7 +91,7 @@ def test_evaluate_statuses_on_the_gpu(tmp_path, monkeypatch):
     src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     wl = tmp_path / "w.jsonl"
     wl.write_text(json.dumps({"axes": {"M": 256}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
-                              "uuid": "m256"}) + "\n")  # fmt: skip
+                              "uuid": "m256"}) + "\n")
     definition = str(DEMO / "commit1" / "definitions" / "swiglu.json")
     cases = [
         ("wrong", src.replace("a * tl.sigmoid(a) * b", "a * b"), "INCORRECT_NUMERICAL"),
@@ -99,12 +99,12 @@ def test_evaluate_statuses_on_the_gpu(tmp_path, monkeypatch):
         ("oob", src.replace("mask=mask)\n    b =", "mask=mask)\n    b =").replace(
             "tl.store(out_ptr + offsets, out, mask=mask)", "tl.store(out_ptr + offsets * 1000000, out)"), "RUNTIME_ERROR"),
         ("good", src, "PASSED"),
-    ]  # fmt: skip
+    ]
     out = tmp_path / "t.jsonl"
     for name, source, want in cases:
         before = len(out.read_text().splitlines()) if out.exists() else 0
         rc = main(["evaluate", "--definition", definition, "--solution", str(_solution(tmp_path, name, source)),
-                   "--workloads", str(wl), "--out", str(out), "--timeout", "240"])  # fmt: skip
+                   "--workloads", str(wl), "--out", str(out), "--timeout", "240"])
         assert rc == 0
         line = json.loads(out.read_text().splitlines()[before])
         assert line["evaluation"]["status"] == want, (name, line["evaluation"]["log"][-800:])
@@ -123,7 +123,7 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
-                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))
     from kernelpro.runner.evaluator import evaluate
     from kernelpro.runner.profile import Timeline
     from kernelpro.runner.target import Tolerance
@@ -174,7 +174,7 @@ def test_reactive_tools_end_to_end_on_the_gpu(tmp_path, monkeypatch):
         # Memory off: with it on, the model would also be asked to extract the search memory.
         rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
                    "--programmer", "llm", "--search", "greedy", "--budget", "2", "--tools", "reactive",
-                   "--memory", "off"])  # fmt: skip
+                   "--memory", "off"])
     finally:
         fake.stop()
     assert rc == 0
@@ -208,7 +208,7 @@ def test_cuda_example_finds_a_verified_speedup_on_the_gpu(tmp_path, monkeypatch)
     repo = make_demo_repo(tmp_path / "repo", "cuda")
     out = tmp_path / "out"
     rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-               "--programmer", "tuner", "--budget", "12"])  # fmt: skip
+               "--programmer", "tuner", "--budget", "12"])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     target = summary["targets"][0]
@@ -256,7 +256,7 @@ def test_cuda_candidate_statuses_on_the_gpu(tmp_path, monkeypatch):
     src = (Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit2" / "kernels" / "swiglu.cu").read_text()
     wl = tmp_path / "w.jsonl"
     wl.write_text(json.dumps({"axes": {"M": 256}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
-                              "uuid": "m256"}) + "\n")  # fmt: skip
+                              "uuid": "m256"}) + "\n")
     definition = str(Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit1" / "definitions" / "swiglu.json")
     cases = [
         ("oob", src.replace("out[j] = swiglu(a[j], b[j]);", "out[j + (1LL << 40)] = swiglu(a[j], b[j]);")
@@ -267,12 +267,12 @@ def test_cuda_candidate_statuses_on_the_gpu(tmp_path, monkeypatch):
         ("nocompile", src.replace("expf(-a)", "expff(-a)"), "COMPILE_ERROR"),
         ("toobig", src.replace("#define BLOCK_SIZE 32 ", "#define BLOCK_SIZE 2048 "), "RUNTIME_ERROR"),
         ("baseline", src, "PASSED"),
-    ]  # fmt: skip
+    ]
     out = tmp_path / "t.jsonl"
     for name, source, want in cases:
         before = len(out.read_text().splitlines()) if out.exists() else 0
         rc = main(["evaluate", "--definition", definition, "--solution", str(_cuda_solution(tmp_path, name, source)),
-                   "--workloads", str(wl), "--out", str(out), "--timeout", "240"])  # fmt: skip
+                   "--workloads", str(wl), "--out", str(out), "--timeout", "240"])
         assert rc == 0
         line = json.loads(out.read_text().splitlines()[before])
         assert line["evaluation"]["status"] == want, (name, line["evaluation"]["log"][-800:])
@@ -312,17 +312,17 @@ def test_cuda_scalar_arguments_and_large_dynamic_shared_memory(tmp_path):
         "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 4096}},
         "inputs": {"x": {"shape": ["M", "N"], "dtype": "float32"}, "alpha": {"shape": None, "dtype": "float32"}},
         "outputs": {"y": {"shape": ["M", "N"], "dtype": "float32"}},
-        "reference": "def run(x, alpha):\n    return x * alpha\n"})  # fmt: skip
+        "reference": "def run(x, alpha):\n    return x * alpha\n"})
     launch, problems = parse_launch(
         {"grid": ["cdiv(M, ROWS)"], "block": [256], "shared_mem": "ROWS * N * 4",
          "args": ["const float* x", "float alpha", "float* y", "int M", "int rows = ROWS"]},
         "scale_rows", ["x", "alpha"], ["y"], {"x": ("M", "N"), "alpha": None, "y": ("M", "N")},
-        {"x": "float32", "alpha": "float32", "y": "float32"}, {"N": 4096})  # fmt: skip
+        {"x": "float32", "alpha": "float32", "y": "float32"}, {"N": 4096})
     assert launch is not None, problems
     sol = Solution("scale", d.name, "test", BuildSpec("cuda", ("cuda",), "k.cu::scale_rows", launch=launch),
-                   (SourceFile("k.cu", SCALE_ROWS),))  # fmt: skip
+                   (SourceFile("k.cu", SCALE_ROWS),))
     wls = [Workload.from_json({"axes": {"M": m}, "inputs": {"x": {"type": "random"}, "alpha": {"type": "scalar", "value": 0.5}},
-                               "uuid": f"m{m}"}) for m in (7, 64)]  # fmt: skip
+                               "uuid": f"m{m}"}) for m in (7, 64)]
     o = evaluate(d, sol, wls, Tolerance(), EvalSettings(device="cuda", cache_dir=tmp_path / "cache"))
     assert o.status == "PASSED", o.log[-1500:]
 
@@ -359,7 +359,7 @@ def test_cuda_torch_extension_target_on_the_gpu(tmp_path):
 
     d = load_definition(Path(__file__).resolve().parents[1] / "examples" / "cuda" / "commit1" / "definitions" / "swiglu.json")
     sol = Solution("ext", d.name, "test", BuildSpec("cuda", ("cuda",), "ext/swiglu.cu::swiglu",
-                   destination_passing_style=False, binding="torch"), (SourceFile("ext/swiglu.cu", SWIGLU_EXT),))  # fmt: skip
+                   destination_passing_style=False, binding="torch"), (SourceFile("ext/swiglu.cu", SWIGLU_EXT),))
     es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache", timeout_s=600)
     w = [Workload.make(d, {"M": 1024})]
     first = evaluate(d, sol, w, Tolerance(), es)
@@ -393,7 +393,7 @@ def test_cuda_launcher_in_process_with_nvcc_and_nvrtc_cubins(tmp_path):
         built = build({"k.cu": src}, "k.cu", tmp_path, arch="sm_90a", compiler=compiler)
         assert built.ok and built.cubin is not None, (compiler, built.log)
         call = _launcher(launch, load_kernel(built.cubin, "swiglu_kernel", torch.cuda.current_device()),
-                         source_constants({"k.cu": src}))  # fmt: skip
+                         source_constants({"k.cu": src}))
         out = torch.full_like(a, float("nan"))
         call(a, b, out)
         torch.cuda.synchronize()
@@ -486,7 +486,7 @@ def test_optimize_with_energy_passive_on_the_gpu(tmp_path, monkeypatch):
     repo = make_demo_repo(tmp_path / "repo")
     out = tmp_path / "out"
     assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                 "--budget", "4", "--feedback", "none", "--energy", "passive"]) == 0  # fmt: skip
+                 "--budget", "4", "--feedback", "none", "--energy", "passive"]) == 0
     result = json.loads((out / "swiglu" / "result.json").read_text())
     _keep(out / "swiglu" / "result.json", "energy_passive")
     energy = result["energy"]
@@ -505,7 +505,7 @@ def _gpu_settings(tmp_path, **kw):
     from kernelpro.runner.evaluator import EvalSettings
 
     return replace(EvalSettings(device="cuda", trials=5, timeout_s=240, memory_limit_mb=4096,
-                                cache_dir=tmp_path / "cache"), **kw)  # fmt: skip
+                                cache_dir=tmp_path / "cache"), **kw)
 
 
 def _judge_gpu(tmp_path, name, source, dps=False, **kw):
@@ -602,7 +602,7 @@ def test_cuda_graph_timing_on_the_gpu(tmp_path):
 
     def sol(name, source):
         return Solution(name, d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
-                        destination_passing_style=False), (SourceFile("kernels/swiglu.py", source),))  # fmt: skip
+                        destination_passing_style=False), (SourceFile("kernels/swiglu.py", source),))
 
     events = evaluate(d, sol("ev", src), w, Tolerance(), EvalSettings(device="cuda"))
     graph = evaluate(d, sol("gr", src), w, Tolerance(), EvalSettings(device="cuda", cuda_graphs=True))
@@ -629,7 +629,7 @@ def test_profiling_with_a_standby_ncu_child(tmp_path):
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
-                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))
     w = [Workload.make(d, {"M": 4096})]
     es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache")
     assert reference_ready(d, sol, w, Tolerance(), es)  # as the loop: the reference first, then the standby
@@ -637,7 +637,7 @@ def test_profiling_with_a_standby_ncu_child(tmp_path):
     assert standby is not None and standby.preload == ("torch", "triton", "triton.language")
     assert evaluate(d, sol, w, Tolerance(), es).passed
     warm, warm_s = profile_candidate(d, sol, w, es, ProfileSettings(timeline=False), triton_cache=tmp_path / "cache",
-                                     standby=standby)  # fmt: skip
+                                     standby=standby)
     cold, cold_s = profile_candidate(d, sol, w, es, ProfileSettings(timeline=False), triton_cache=tmp_path / "cache")
     Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
     Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "standby_seconds.txt").write_text(
@@ -669,7 +669,7 @@ def test_profiling_with_a_standby_whose_imports_load_tritons_driver(tmp_path, mo
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     src = "import kp_driver_at_import\n" + (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
-                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))
     w = [Workload.make(d, {"M": 4096})]
     # Fresh children: a fork server started by an earlier test would not have this PYTHONPATH.
     es = EvalSettings(device="cuda", cache_dir=tmp_path / "cache", fork_server=False)
@@ -679,7 +679,7 @@ def test_profiling_with_a_standby_whose_imports_load_tritons_driver(tmp_path, mo
     assert evaluate(d, sol, w, Tolerance(), es).passed
     assert any(p.name.startswith("cuda_utils") for p in (tmp_path / "cache").rglob("*"))  # the evaluation built it too
     warm, _ = profile_candidate(d, sol, w, es, ProfileSettings(timeline=False), triton_cache=tmp_path / "cache",
-                                standby=standby)  # fmt: skip
+                                standby=standby)
     assert warm.notes == () and "ncu.standby" in dict(warm.stages), (warm.notes, warm.stages)
     assert [k.name for k in warm.kernels] and warm.main is not None
 
@@ -706,7 +706,7 @@ def test_memcheck_refuses_an_out_of_bounds_read_in_the_gate(tmp_path):
 
     def sol(name, source):
         return Solution(name, d.name, "t", BuildSpec("triton", ("cuda",), f"{entry}::swiglu", destination_passing_style=False),
-                        (SourceFile(entry, source),))  # fmt: skip
+                        (SourceFile(entry, source),))
 
     # 4097 rows: not a multiple of the caching allocator's 2 MB segments, so the stray read stays
     # mapped (no fault) in ordinary runs; memcheck runs without the caching allocator and sees it.
@@ -717,10 +717,10 @@ def test_memcheck_refuses_an_out_of_bounds_read_in_the_gate(tmp_path):
     assert m.status == "errors" and "Invalid __global__ read" in m.detail, m
     target = Target("swiglu", "triton", (entry,), f"{entry}::swiglu", d, w)
     g = _gate(target, Candidate(sol("base", slow), None, "init", "baseline"), Candidate(sol("oob", oob), None, "x", "oob"),
-              w, RunSettings(evaluation=es))  # fmt: skip
+              w, RunSettings(evaluation=es))
     assert not g.passed and "memcheck found" in g.reason and g.speedup > 1.03, g
     ok = _gate(target, Candidate(sol("base", slow), None, "init", "baseline"), Candidate(sol("fast", fast), None, "x", "fast"),
-               w, RunSettings(evaluation=es))  # fmt: skip
+               w, RunSettings(evaluation=es))
     assert ok.passed and ok.memcheck == {"status": "clean", "errors": 0, "detail": ""}, ok
 
 
@@ -757,7 +757,7 @@ def test_fork_server_children_on_the_gpu(tmp_path):
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     sol = Solution("forked", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
-                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))
     w = [Workload.make(d, {"M": 4096})]
     fresh = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "fresh", fork_server=False))
     forked = evaluate(d, sol, w, Tolerance(), _gpu_settings(tmp_path / "forked", fork_server=True))
@@ -776,7 +776,7 @@ def test_fork_server_children_on_the_gpu(tmp_path):
 
 ISSUE17 = {"lazy_output": "LAZY_OUTPUT", "lazy_mode": "LAZY_OUTPUT", "aten_override": "LAZY_OUTPUT",
            "rebind_harness": "HARNESS_TAMPERED", "rebind_harness_checks": "TIMING_INCONSISTENT",
-           "precompute": "TIMING_INCONSISTENT"}  # fmt: skip
+           "precompute": "TIMING_INCONSISTENT"}
 
 
 @pytest.mark.gpu_timing
@@ -902,9 +902,9 @@ def test_an_energy_arm_that_skips_its_work_reports_no_energy(tmp_path):
         assert o.passed, o.log[-800:]
         verified[arm] = o.results[0].timing
     rows = ({"uuid": w.uuid, "baseline_ms": verified["baseline"].median_ms, "timing_mode": "events",
-             "candidate_ms": verified["candidate1"].median_ms},)  # fmt: skip
+             "candidate_ms": verified["candidate1"].median_ms},)
     measured = measure_solutions(SWIGLU, {"baseline": honest, "candidate1": cheat}, [w], "cuda",
-                                 EnergySettings(windows=2, warmup_s=0.5))  # fmt: skip
+                                 EnergySettings(windows=2, warmup_s=0.5))
     paced = _paced(measured, rows, {"candidate1": rows})
     assert measured[0].measurement is not None, measured[0].note
     assert paced[0].measurement is None and paced[0].note.startswith("ENERGY_ARM_INCONSISTENT: candidate1"), paced

@@ -27,7 +27,7 @@ def _swiglu() -> tuple[Any, Any, list[Any]]:
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     src = (DEMO / "commit2" / "kernels" / "swiglu.py").read_text()
     sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
-                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))  # fmt: skip
+                   destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))
     return d, sol, [Workload.make(d, {"M": 4096})]
 
 
@@ -75,7 +75,7 @@ def test_a_gpu_candidate_finds_no_reference_outputs_and_cannot_write_outside(tmp
     source = (FIXTURES / "reads_reference.py").read_text().replace(
         "    raise RuntimeError(f\"no reference outputs visible",
         f"    try:\n        open({probe!r}, 'w').write('x')\n    except OSError as e:\n        searched.append(str(e))\n"
-        "    raise RuntimeError(f\"no reference outputs visible")  # fmt: skip
+        "    raise RuntimeError(f\"no reference outputs visible")
     assert probe in source
     out = evaluate(SWIGLU, candidate("reads_reference", source), LOADS, Tolerance(), EvalSettings(device="cuda"))
     assert out.status == "RUNTIME_ERROR" and "no reference outputs visible" in out.log, out.log[-1500:]

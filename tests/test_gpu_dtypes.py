@@ -56,10 +56,10 @@ def test_every_dtype_on_the_gpu(tmp_path: Path, dtype: str) -> None:
         "inputs": {"x": {"shape": ["M", "N"], "dtype": dtype}},
         "outputs": {"y": {"shape": ["M", "N"], "dtype": dtype}},
         "reference": "import torch\n\ndef run(x):\n    return (x.double() * 2).to(x.dtype)\n",
-    })  # fmt: skip
+    })
     sol = Solution("fwd", defn.name, "test", BuildSpec("triton", ("cuda",), "k.py::forward",
                                                        destination_passing_style=False, returns=(0,)),
-                   (SourceFile("k.py", KERNEL),))  # fmt: skip
+                   (SourceFile("k.py", KERNEL),))
     es = EvalSettings(device="cuda", trials=3, timeout_s=300, cache_dir=tmp_path / "cache")
     outcome = evaluate(defn, sol, [Workload.make(defn, {"M": 1024})], Tolerance(), es)
     assert outcome.passed, outcome.log

@@ -35,7 +35,7 @@ def test_a_gpu_tuner_winner_is_recomputed_by_publish(tmp_path: Path, example: st
     settings = Settings.from_env({**os.environ, "KERNELPRO_DEVICE": "cuda", "KERNELPRO_PROGRESS": "0"})
     out = tmp_path / "out"
     assert run_optimize(repo, "HEAD~1", "HEAD", out, settings, kernel=None, budget=8, programmer_name="tuner",
-                        search="mcts") == 0  # fmt: skip
+                        search="mcts") == 0
     config = load_config(repo / ".kernelpro.yml", repo)
     allowed = {t.name: list(t.files) for t in config.targets}
     launches = {t.name: (t.launch.kernel, tuple(t.launch.block)) for t in config.targets if t.launch is not None}

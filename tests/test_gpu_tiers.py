@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _collected(expr: str | None) -> set[str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", "gpu",
-           str(ROOT / "tests" / "test_gpu.py")]  # fmt: skip
+           str(ROOT / "tests" / "test_gpu.py")]
     p = subprocess.run([*cmd, *(["-k", expr] if expr else [])], capture_output=True, text=True, cwd=ROOT, timeout=120)
     return {line.split("::")[1] for line in p.stdout.splitlines() if "::" in line}
 

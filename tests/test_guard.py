@@ -29,7 +29,7 @@ GEMV = Definition(
     inputs={"x": TensorSpec(("M", "K"), "float16"), "w": TensorSpec(("N", "K"), "float16")},
     outputs={"y": TensorSpec(("M", "N"), "float32")},
     reference="def run(x, w):\n    return (x.float() @ w.float().T)\n",
-)  # fmt: skip
+)
 
 
 def axes_of(shapes: Sequence[Any]) -> list[dict[str, int]]:
@@ -66,7 +66,7 @@ def test_the_memory_cap_and_the_constraints_leave_shapes_out_with_a_note() -> No
     assert {"M": 128, "N": 4096} not in axes_of(shapes) and {"M": 64, "N": 8192} not in axes_of(shapes)
     assert {"M": 63, "N": 4096} in axes_of(shapes) and {"M": 32, "N": 4096} in axes_of(shapes)
     assert any(n.startswith("M=128, N=4096 (M=128: a larger power of two than listed): not checked") and "cap" in n
-               for n in notes)  # fmt: skip
+               for n in notes)
     even = Definition(**{**GEMV.__dict__, "constraints": ("N % 2 == 0",)})
     got = axes_of(derive(even, loads, cap_bytes=1 << 40)[0])
     assert {"M": 64, "N": 4095} not in got and {"M": 64, "N": 8192} in got
@@ -85,11 +85,11 @@ def test_the_cap_is_a_fraction_of_gpu_memory_and_small_on_the_cpu() -> None:
 
 def test_stored_inputs_keep_their_shape_and_configured_shapes_are_added() -> None:
     stored = Workload({"M": 4, "N": 8}, {"x": InputSpec("safetensors", path="a.st", tensor_key="x"),
-                                         "w": InputSpec("random")}, "stored")  # fmt: skip
+                                         "w": InputSpec("random")}, "stored")
     shapes, notes = derive(GEMV, [stored], 1 << 40)
     assert shapes == () and notes and all("stored tensors" in n for n in notes)
     target = Target("g", "python", ("k.py",), "k.py::f", GEMV, (Workload.make(GEMV, {"M": 4, "N": 8}),),
-                    guard_shapes=({"M": 3000, "N": 5},))  # fmt: skip
+                    guard_shapes=({"M": 3000, "N": 5},))
     shapes, _ = shapes_for(target, "cuda", cap_bytes=1 << 40)
     assert {"M": 3000, "N": 5} in axes_of(shapes) and shapes[-1].why == "configured"
     off = Target("g", "python", ("k.py",), "k.py::f", GEMV, target.workloads, guard=False)
@@ -123,7 +123,7 @@ def test_config_turns_guards_off_or_adds_shapes_and_explains_mistakes(tmp_path: 
     assert extra.guard and [dict(s) for s in extra.guard_shapes] == [{"N": 3000}, {"N": 7}]
     for bad, says in (("yes please", "expected false or a list of axis values"),
                       ("[{M: 3}]", "'M' is not an axis"), ("[{N: -1}]", "not a non-negative integer"),
-                      ("[]", "non-empty list")):  # fmt: skip
+                      ("[]", "non-empty list")):
         with pytest.raises(ConfigError) as info:
             parse_config(CONFIG + f"    guard_shapes: {bad}\n", ".kernelpro.yml", tmp_path)
         assert says in str(info.value) and "guard_shapes" in str(info.value) and "Fix:" in str(info.value)
@@ -162,7 +162,7 @@ class Proposes:
         base = parent.candidate.solution
         return [Candidate(base.__class__(**{**base.__dict__, "name": f"add-{k}", "author": "fixed",
                                             "sources": (SourceFile("k.py", src),)}),
-                          parent.candidate.key, "optimize", k, {"variant": k}) for k, src in self.kernels.items()]  # fmt: skip
+                          parent.candidate.key, "optimize", k, {"variant": k}) for k, src in self.kernels.items()]
 
 
 def _run(tmp_path: Path, kernels: dict[str, str], device: str = "cpu", **target: Any) -> tuple[Any, dict[str, Any], str]:

@@ -52,19 +52,19 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 def _target(repo: Path, files: list[str], entry: str, extra: str = "") -> Target:
     text = (f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(files)}\n    language: python\n"
-            f"    entry_point: {entry}\n{extra}{DEFINITION}")  # fmt: skip
+            f"    entry_point: {entry}\n{extra}{DEFINITION}")
     return parse_config(text, ".kernelpro.yml", repo).targets[0]
 
 
 def _with(sol: Solution, path: str, text: str) -> Solution:
     """The candidate: the pull request's kernel with one file replaced."""
     return Solution(sol.name + "-c", sol.definition, "test", sol.spec,
-                    tuple(SourceFile(f.path, text if f.path == path else f.content) for f in sol.sources))  # fmt: skip
+                    tuple(SourceFile(f.path, text if f.path == path else f.content) for f in sol.sources))
 
 
 def _evaluate(t: Target, repo: Path, sol: Solution, tmp: Path) -> Outcome:
     es = EvalSettings(device="cpu", trials=1, reps_cpu=1, rotate=1, timeout_s=90, cache_dir=tmp / "cache",
-                      context=t.context(repo))  # fmt: skip
+                      context=t.context(repo))
     return evaluate(t.definition, sol, t.workloads, t.tolerance, es)
 
 
@@ -73,7 +73,7 @@ def _evaluate(t: Target, repo: Path, sol: Solution, tmp: Path) -> Outcome:
 # finder (``__editable___canarypkg_0_1_finder.py``).
 FIND = '[tool.setuptools.packages.find]\nwhere = ["src"]\n'
 MAPPED = ('[tool.setuptools]\npackages = ["canarypkg", "canarypkg.ops"]\n'
-          '[tool.setuptools.package-dir]\ncanarypkg = "src/canarypkg"\n')  # fmt: skip
+          '[tool.setuptools.package-dir]\ncanarypkg = "src/canarypkg"\n')
 
 
 # The repository's util imports a part it does not hold as source (standing for a compiled
@@ -96,7 +96,7 @@ def _src_layout(repo: Path, packages: str = FIND) -> None:
         "src/canarypkg/ops/kern.py": KERNEL,
         "src/canarypkg/ops/util.py": NATIVE_UTIL,
         "bench/wrap.py": WRAPPER,
-    })  # fmt: skip
+    })
 
 
 def _venv(tmp: Path, how: str, wheel: Path | None = None) -> Path:
@@ -107,7 +107,7 @@ def _venv(tmp: Path, how: str, wheel: Path | None = None) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     py = venv / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+                          check=True, capture_output=True, text=True).stdout.strip()
     # After the venv's own site-packages, so its installed copy wins: this interpreter's packages,
     # and its PYTHONPATH (where the GPU machine has kernelpro and Liger), which _run_in then unsets.
     ours = [sysconfig.get_paths()["purelib"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -119,7 +119,7 @@ def _venv(tmp: Path, how: str, wheel: Path | None = None) -> Path:
     # --ignore-installed: a copy already on the outer path (the GPU machine's /tmp/site has Liger's
     # wheel) must not make pip skip this venv's own install.
     cmd = [str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "-q", "--ignore-installed",
-           *(["-e"] if how.startswith("editable") else []), str(wheel or installed)]  # fmt: skip
+           *(["-e"] if how.startswith("editable") else []), str(wheel or installed)]
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stdout + got.stderr
     if wheel is not None:
@@ -159,13 +159,13 @@ print("RESULT" + json.dumps(out))
 
 def _run_in(py: Path, repo: Path, tmp: Path, cfg: str, cases: dict[str, str | None] | None = None,
             device: str = "cpu", kernel: str = "src/canarypkg/ops/kern.py",
-            module: str = "canarypkg.ops.kern") -> dict[str, list[object]]:  # fmt: skip
+            module: str = "canarypkg.ops.kern") -> dict[str, list[object]]:
     """Evaluates the pull request's kernel and each case (the kernel file's text; ``{head}`` is the
     head's text) in ``py``, a fresh interpreter whose site-packages hold the installed copy."""
     cases = cases or {"head": None, "exits": EXITS}  # the in-process tests below also judge one computing 3x
     got = subprocess.run([str(py), "-c", _RUNNER, str(repo), str(tmp), cfg, json.dumps(cases), device, kernel, module],
                          capture_output=True, text=True, timeout=580, cwd=tmp,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # fmt: skip
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     line = next((ln for ln in got.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line is not None, got.stdout[-2000:] + got.stderr[-3000:]
     return json.loads(line[len("RESULT"):])
@@ -173,7 +173,7 @@ def _run_in(py: Path, repo: Path, tmp: Path, cfg: str, cases: dict[str, str | No
 
 def _config(files: list[str], entry: str, extra: str = "") -> str:
     return (f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(files)}\n    language: python\n"
-            f"    entry_point: {entry}\n{extra}{DEFINITION}")  # fmt: skip
+            f"    entry_point: {entry}\n{extra}{DEFINITION}")
 
 
 def _check(out: dict[str, list[object]]) -> None:
@@ -214,7 +214,7 @@ def test_python_path_names_the_import_root(tmp_path: Path) -> None:
     ``python_path: [python]`` says where ``tk`` is imported from."""
     repo = tmp_path / "repo"
     _write(repo, {"python/tk/ops.py": "def scale(x):\n    return x * 2\n",
-                  "wrap.py": "from tk.ops import scale\n\ndef run(x):\n    return scale(x)\n"})  # fmt: skip
+                  "wrap.py": "from tk.ops import scale\n\ndef run(x):\n    return scale(x)\n"})
     files = ["wrap.py", "python/tk/ops.py"]
     bare = _target(repo, files, "wrap.py::run")
     assert not _evaluate(bare, repo, bare.solution(repo), tmp_path).passed  # `tk` is nowhere to be found
@@ -231,7 +231,7 @@ def test_python_path_names_the_import_root(tmp_path: Path) -> None:
     ("[../up]", "targets[0].python_path[0]: '../up' must be relative to the repository root"),
     ("[bench]", "targets[0].python_path: no Python file of the target is under 'bench'"),
     ("[]", "targets[0].python_path: must not be empty"),
-])  # fmt: skip
+])
 def test_python_path_config_errors(tmp_path: Path, value: str, message: str) -> None:
     _write(tmp_path, {"python/tk/ops.py": "x = 1\n", "bench/notes.txt": "-\n"})
     with pytest.raises(ConfigError) as e:
@@ -251,7 +251,7 @@ def test_a_module_the_harness_already_imported_is_reported(tmp_path: Path) -> No
 
 def test_layout_rules() -> None:
     files = {"src/p/__init__.py", "src/p/ops/__init__.py", "src/p/ops/k.py", "fi/__init__.py", "fi/n.py",
-             "python/tk/ops.py", "src/ns/m.py", "w.py"}  # fmt: skip
+             "python/tk/ops.py", "src/ns/m.py", "w.py"}
     got = roots(sorted(files), files)
     assert got["p"] == ("src",) and got["fi"] == ("",) and got["ns"] == ("src",) and got["w"] == ("",)
     assert got["python"] == ("",) and roots(["python/tk/ops.py"], files, ["python"]) == {"tk": ("python",)}
@@ -259,7 +259,7 @@ def test_layout_rules() -> None:
 
 
 def test_the_mismatch_reaches_the_smoke_step_the_log_and_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Through `kernelpro optimize`: the smoke step warns before any search (statically), the
     baseline's evaluation says the other copy ran, and report.md and result.json carry it."""
     from kernelpro.cli import main
@@ -326,10 +326,10 @@ def test_upstream_liger_with_its_wheel_installed_runs_the_candidate_on_the_gpu(t
             if n.startswith("liger_kernel/") and n.endswith(".py"):
                 _write(repo, {f"src/{n}": z.read(n).decode()})
     _write(repo, {"bench/wrap.py": "from liger_kernel.ops.rms_norm import rms_norm_forward\n\n\ndef run(x, w):\n"
-                                   "    return rms_norm_forward(x, w, 1e-6, 0.0, 'llama', None)[0]\n"})  # fmt: skip
+                                   "    return rms_norm_forward(x, w, 1e-6, 0.0, 'llama', None)[0]\n"})
     py = _venv(tmp_path, "installed", wheel=LIGER_WHEEL)
     out = _run_in(py, repo, tmp_path, LIGER_CONFIG, {"head": None, "exits": EXITS, "doubled": DOUBLED}, device="cuda",
-                  kernel="src/liger_kernel/ops/rms_norm.py", module="liger_kernel.ops.rms_norm")  # fmt: skip
+                  kernel="src/liger_kernel/ops/rms_norm.py", module="liger_kernel.ops.rms_norm")
     assert out["head"][0] == "PASSED" and out["head"][2] == [], out
     assert out["exits"][0] == "COMPILE_ERROR" and "SystemExit" in str(out["exits"][1]), out
     assert out["doubled"][0] == "INCORRECT_NUMERICAL", out

@@ -110,13 +110,13 @@ def run(a, b):
 def _files(tmp_path: Path, mark: str, daemons: bool) -> list[str]:
     src = HANGS.format(mark=mark, daemons=daemons)
     sol = Solution("hangs", DEFINITION["name"], "test", BuildSpec("python", ("cpu",), "cand.py::run",
-                   destination_passing_style=False), (SourceFile("cand.py", src),))  # fmt: skip
+                   destination_passing_style=False), (SourceFile("cand.py", src),))
     (tmp_path / "def.json").write_text(json.dumps(DEFINITION))
     (tmp_path / "sol.json").write_text(json.dumps(sol.to_json()))
     (tmp_path / "wl.jsonl").write_text(json.dumps(WORKLOADS[0]) + "\n")
     return ["evaluate", "--definition", str(tmp_path / "def.json"), "--solution", str(tmp_path / "sol.json"),
             "--workloads", str(tmp_path / "wl.jsonl"), "--out", str(tmp_path / "out.jsonl"), "--timeout", "200",
-            "--trials", "1", "--allow-unconfined"]  # fmt: skip
+            "--trials", "1", "--allow-unconfined"]
 
 
 def _with_mark(mark: str) -> list[str]:
@@ -145,7 +145,7 @@ def _below(pid: int, word: str) -> bool:
 
 
 def interrupt(tmp_path: Path, args: list[str], sig: int, started: str | Callable[[int], bool],
-              env: dict[str, str] | None = None) -> tuple[dict, str, Path]:  # fmt: skip
+              env: dict[str, str] | None = None) -> tuple[dict, str, Path]:
     """Run `kernelpro ARGS` with TMPDIR in the test's folder; once a file named ``started`` appears
     under it (or ``started(pid)`` is true), send ``sig`` to the command. Returns the watcher's
     report, the command's stderr and the TMPDIR."""
@@ -153,7 +153,7 @@ def interrupt(tmp_path: Path, args: list[str], sig: int, started: str | Callable
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "KERNELPRO_DEVICE": "cpu", **(env or {})}
     w = subprocess.Popen([sys.executable, "-c", WATCHER, sys.executable, "-m", "kernelpro.cli", *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=tmp_path)  # fmt: skip
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, cwd=tmp_path)
     try:
         assert w.stdout is not None
         pid = int(w.stdout.readline())
@@ -242,12 +242,12 @@ def test_an_interrupted_optimize_says_where_its_journal_is_and_leaves_nothing(tm
     r.index.commit("base")
     # The pull request's kernel hangs: its baseline evaluation is under way when the signal comes.
     (repo / "ops" / "k.py").write_text(KERNEL.replace("    return", f"    open({mark!r} + '.started', 'w').close()\n"
-                                                      "    import time\n    time.sleep(600)\n    return"))  # fmt: skip
+                                                      "    import time\n    time.sleep(600)\n    return"))
     r.index.add(["ops/k.py"])
     r.index.commit("head")
     out = tmp_path / "out"
     args = ["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out), "--budget", "2",
-            "--allow-unconfined"]  # fmt: skip
+            "--allow-unconfined"]
     report, err, tmp = interrupt(tmp_path, args, signal.SIGINT, f"{mark}.started")
     assert report["left"] == [], report["left"]
     assert report["rc"] == 130, err
@@ -258,7 +258,7 @@ def test_an_interrupted_optimize_says_where_its_journal_is_and_leaves_nothing(tm
 
 
 def test_a_signal_ends_an_ncu_standby_and_removes_its_folder(fake_ncu: Path, tmp_path: Path,  # noqa: F811
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """In process, as `kernelpro optimize` runs it: the standby's ncu child (here a fake ncu that
     starts the harness) is started from a thread of its own, and its folder by mkdtemp."""
     import tempfile
@@ -297,7 +297,7 @@ def test_sigint_during_the_demo_ends_ncu_and_its_standby(tmp_path: Path) -> None
     """Signalled once an ncu child (a profile, or the standby of the next one) runs."""
     args = ["demo", "--out", str(tmp_path / "demo"), "--budget", "8", "--allow-unconfined"]
     report, err, tmp = interrupt(tmp_path, args, signal.SIGINT, lambda pid: _below(pid, "ncu"),
-                                 {"KERNELPRO_DEVICE": "cuda"})  # fmt: skip
+                                 {"KERNELPRO_DEVICE": "cuda"})
     assert report["left"] == [], report["left"]
     assert report["rc"] == 130 and "demo interrupted by SIGINT" in err, err
     assert list(tmp.iterdir()) == []
@@ -311,11 +311,11 @@ def test_sigterm_during_the_energy_arms_ends_them(tmp_path: Path) -> None:
 
     repo = make_demo_repo(tmp_path / "repo")
     args = ["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out"),
-            "--budget", "3", "--energy", "passive", "--allow-unconfined"]  # fmt: skip
+            "--budget", "3", "--energy", "passive", "--allow-unconfined"]
     # Budget 3: the arms come after the search and the gate, which at budget 8 took more than the
     # 240 s interrupt() waits when the GPU tier's other tests share the GPU (session 11).
     report, err, tmp = interrupt(tmp_path, args, signal.SIGTERM, lambda pid: _below(pid, "kernelpro-energy-"),
-                                 {"KERNELPRO_DEVICE": "cuda"})  # fmt: skip
+                                 {"KERNELPRO_DEVICE": "cuda"})
     assert report["left"] == [], report["left"]
     assert report["rc"] == 143 and "optimize interrupted by SIGTERM" in err, err
     assert list(tmp.iterdir()) == []

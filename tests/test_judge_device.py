@@ -44,10 +44,10 @@ def _double(device: str) -> tuple[Definition, Solution]:
         "inputs": {"x": {"shape": ["M", "N"], "dtype": "float32"}},
         "outputs": {"y": {"shape": ["M", "N"], "dtype": "float32"}},
         "reference": "import torch\n\ndef run(x):\n    return x * 2\n",
-    })  # fmt: skip
+    })
     src = "def run(x):\n    return x * 2\n"
     sol = Solution("double", defn.name, "test", BuildSpec("python", (device,), "k.py::run",
-                                                          destination_passing_style=False), (SourceFile("k.py", src),))  # fmt: skip
+                                                          destination_passing_style=False), (SourceFile("k.py", src),))
     return defn, sol
 
 

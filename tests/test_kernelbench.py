@@ -60,7 +60,7 @@ def test_the_converted_reference_and_solution_agree_in_the_sandbox(tmp_path: Pat
     p = kb.load_problem(PROBLEMS / "4_linear_bias_gelu.py", tmp_path, "solution", True, Budget())
     t = p.target
     o = evaluate(t.definition, t.solution(p.checkout), t.workloads, t.tolerance,
-                 EvalSettings(device="cpu", time_reference=True))  # fmt: skip
+                 EvalSettings(device="cpu", time_reference=True))
     assert o.status == "PASSED", o.log
     assert o.results[0].reference_timing is not None and math.isfinite(kb._speedup_vs_reference(o))
 
@@ -73,7 +73,7 @@ def test_bad_problems_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(kb.ProblemError, match="defines no get_inputs, get_init_inputs"):
         kb.load_problem(f, tmp_path, "reference", False, Budget())
     f.write_text(f.read_text() + "def get_inputs():\n    return [torch.ones(2)]\n"
-                 "def get_init_inputs():\n    return [torch.ones(1)]\n")  # fmt: skip
+                 "def get_init_inputs():\n    return [torch.ones(1)]\n")
     with pytest.raises(kb.ProblemError, match="only plain values"):
         kb.load_problem(f, tmp_path, "reference", False, Budget())
     good = tmp_path / "2_softmax.py"  # a valid problem with no solutions/ beside it
@@ -99,7 +99,7 @@ def test_score_follows_the_paper_protocol() -> None:
 
 def test_tuner_run_writes_the_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = kb.main(["--problems", str(PROBLEMS / "1_scaled_relu.py"), "--budget", "2", "--search", "greedy",
-                    "--out", str(tmp_path)])  # fmt: skip
+                    "--out", str(tmp_path)])
     saved = json.loads((tmp_path / "kernelbench.json").read_text())
     assert saved["aggregate"] == json.loads(json.dumps(data["aggregate"]))
     (row,) = saved["rows"]
@@ -115,7 +115,7 @@ def test_llm_path_writes_modelnew_from_the_reference(tmp_path: Path, monkeypatch
     src = (PROBLEMS / "solutions" / "1_scaled_relu.py").read_text()
     content = kb._source_with_wrapper(src, "ModelNew", "run", [2.5], ["x"])
     answer = {"candidates": [{"strategy": "triton elementwise kernel",
-                              "files": [{"path": "solution.py", "content": content}]}]}  # fmt: skip
+                              "files": [{"path": "solution.py", "content": content}]}]}
     fake = FakeOpenAI().start()
     try:
         fake.script(ok(json.dumps(answer)), ok(json.dumps({"candidates": []})))
@@ -123,7 +123,7 @@ def test_llm_path_writes_modelnew_from_the_reference(tmp_path: Path, monkeypatch
         monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
         monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
         data = kb.main(["--problems", str(PROBLEMS / "1_scaled_relu.py"), "--programmer", "llm", "--budget", "2",
-                        "--search", "greedy", "--out", str(tmp_path)])  # fmt: skip
+                        "--search", "greedy", "--out", str(tmp_path)])
     finally:
         fake.stop()
     (row,) = data["rows"]

@@ -46,7 +46,7 @@ def knobs(source: str) -> dict[str, int]:
 
 def changed_lines(old: str, new: str) -> list[str]:
     return [line for line in unified_diff("f.py", old, new).splitlines()
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]  # fmt: skip
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
 def check_patch(old: str, setting: dict[str, int]) -> str:
@@ -70,7 +70,7 @@ def test_liger_calculate_settings_warps_are_scaled_where_the_kernel_is_launched(
     # swiglu_forward binds BLOCK_SIZE, num_warps twice (Blackwell tiles, then calculate_settings):
     # warps scale at each launch; the block size, which must cover the row, is not offered.
     assert {"swiglu_forward:num_warps.scale", "swiglu_forward:num_warps.scale#2",
-            "swiglu_backward:num_warps.scale#2"} <= set(found)  # fmt: skip
+            "swiglu_backward:num_warps.scale#2"} <= set(found)
     assert not any("BLOCK_SIZE" in n for n in found)
     new = check_patch(src, {"swiglu_forward:num_warps.scale#2": 1})
     assert changed_lines(src, new) == ["-            num_warps=num_warps,", "+            num_warps=min(num_warps * 2, 32),"]
@@ -104,7 +104,7 @@ def test_flashinfer_min_max_warps_expose_their_floor_cap_and_divisor() -> None:
     assert found["rms_norm_add_residual:num_warps.div"] == 32  # min(32, triton.cdiv(block_size, 32))
     new = check_patch(src, {"rms_norm:num_warps.floor": 4, "rms_norm:num_warps.div": 512})
     assert changed_lines(src, new) == ["-    num_warps = max(8, min(32, block_size // 256))",
-                                       "+    num_warps = max(4, min(32, block_size // 512))"]  # fmt: skip
+                                       "+    num_warps = max(4, min(32, block_size // 512))"]
     with pytest.raises(KnobError, match="not a choice"):
         apply_knobs(src, {"rms_norm:num_warps.floor": 3})
 
@@ -134,9 +134,9 @@ def test_liger_dyt_autotune_lists_are_extended_pruned_and_pinned_keeping_the_dec
     assert found["_dyt_fwd_kernel:autotune.num_warps.min"] == 4
     assert found["_dyt_fwd_kernel:autotune.num_stages.max"] == 2
     extended = check_patch(src, {"_dyt_fwd_kernel:autotune.BLOCK_N.max": 8192,
-                                 "_dyt_fwd_kernel:autotune.num_warps.max": 32})  # fmt: skip
+                                 "_dyt_fwd_kernel:autotune.num_warps.max": 32})
     assert changed_lines(src, extended)[1::2] == ["+        for bn in [1024, 2048, 4096, 8192]",
-                                                  "+        for nw in [4, 8, 16, 32]"]  # fmt: skip
+                                                  "+        for nw in [4, 8, 16, 32]"]
     pruned = check_patch(src, {"_dyt_fwd_kernel:autotune.num_stages.max": 1})
     assert changed_lines(src, pruned)[1] == "+        for ns in [1]"
     pinned = check_patch(src, {"_dyt_fwd_kernel:autotune.BLOCK_N.min": 2048, "_dyt_fwd_kernel:autotune.BLOCK_N.max": 2048})
@@ -180,7 +180,7 @@ def test_liger_dyt_autotune_pin_holds_one_config_up_to_a_bound_of_its_key_axis()
     wider = check_patch(pinned, {"_dyt_fwd_kernel:autotune.pin.N": 16384})
     assert "    # N <= 16384: configs[4] (BLOCK_N=1024" in wider and '["N"] <= 16384 else configs}' in wider
     assert apply_setting("f.py", src, {"_dyt_fwd_kernel:autotune.pin": 5,
-                                       "_dyt_fwd_kernel:autotune.pin.N": 16384}, lineage=True) == wider  # fmt: skip
+                                       "_dyt_fwd_kernel:autotune.pin.N": 16384}, lineage=True) == wider
     # Moving the list's ends in the same setting renames the pinned config in the comment...
     moved = apply_knobs(src, {"_dyt_fwd_kernel:autotune.pin": 5, "_dyt_fwd_kernel:autotune.num_warps.min": 8})
     assert "configs[4] (BLOCK_N=2048, num_stages=1, num_warps=8)" in moved  # 3 x 2 x [8, 16]
@@ -354,7 +354,7 @@ def test_tuned_flashinfer_rms_norm_runs_in_the_interpreter(tmp_path: Path) -> No
     (kernels.parent / "norm.py").write_text(new)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", RMS_NORM_CHECK, str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ok"
 
@@ -404,13 +404,13 @@ UPSTREAM_RUNS = {
     "flashinfer_rms_norm": ("flashinfer_norm.py", "flashinfer rms_norm",
                             "import torch\nfrom flashinfer_norm import rms_norm\n\n\ndef run(x, w):\n"
                             "    y = torch.empty_like(x)\n    rms_norm(x, w, y, 1e-6)\n    return y\n"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(UPSTREAM_RUNS))
 def test_optimize_tunes_upstream_heuristics_on_the_gpu(name: str, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """`kernelpro optimize --programmer tuner` on an upstream launcher as published, the pull request
     editing only a comment: the tuner's candidates move the computed heuristics (scale lines, the
     min/max rule's literals) and are evaluated; none fails to build or run because of the rewrite."""
@@ -441,7 +441,7 @@ def test_optimize_tunes_upstream_heuristics_on_the_gpu(name: str, tmp_path: Path
     config = {"version": 1, "targets": [{
         "name": name, "files": [fixture, "kp_entry.py"], "language": "triton", "entry_point": "kp_entry.py::run",
         "definition": f"definitions/{name}.json", "workloads": [{"M": 4096}],
-        "budget": {"evaluations": 10, "minutes": 3, "timeout_s": 120}}]}  # fmt: skip
+        "budget": {"evaluations": 10, "minutes": 3, "timeout_s": 120}}]}
     (top / ".kernelpro.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     (top / fixture).write_text(upstream(fixture))
     (top / "kp_entry.py").write_text(wrapper)
@@ -453,7 +453,7 @@ def test_optimize_tunes_upstream_heuristics_on_the_gpu(name: str, tmp_path: Path
     out = tmp_path / "out"
     os.environ.setdefault("KERNELPRO_DEVICE", "cuda")
     rc = kernelpro(["optimize", "--repo", str(top), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                    "--search", "mcts", "--programmer", "tuner"])  # fmt: skip
+                    "--search", "mcts", "--programmer", "tuner"])
     assert rc == 0
     entries = [json.loads(x) for x in (out / name / "journal.jsonl").read_text().splitlines() if x.strip()]
     result = json.loads((out / name / "result.json").read_text())
@@ -466,7 +466,7 @@ def test_optimize_tunes_upstream_heuristics_on_the_gpu(name: str, tmp_path: Path
     # A setting names every knob: a candidate moved a computed value where one differs from the source.
     base = {f"{fixture}::{k.name}": k.value for k in find_knobs(upstream(fixture))}
     heuristic = [e for e in tuned if any(k.endswith((".scale", ".div", ".floor", ".cap")) and v != base.get(k)
-                                         for k, v in e["candidate"]["params"].items())]  # fmt: skip
+                                         for k, v in e["candidate"]["params"].items())]
     assert heuristic, "no candidate moved a computed launch value"
     # A rewrite that breaks the build would be a kernelpro bug; a wrong block size for the data is not.
     assert not [e for e in heuristic if e["outcome"]["status"] in ("COMPILE_ERROR", "RUNTIME_ERROR")]

@@ -99,7 +99,7 @@ def test_the_entry_layer_imports_downwards_only() -> None:
 
 def test_bot_never_imports_the_runner() -> None:
     crossing = {(n, m) for n in MODULES if n.startswith("kernelpro.bot")
-                for m in _imports(n, MODULES[n]) if m.startswith("kernelpro.runner")}  # fmt: skip
+                for m in _imports(n, MODULES[n]) if m.startswith("kernelpro.runner")}
     assert crossing == set()
 
 
@@ -150,5 +150,5 @@ KEPT = {
 
 def test_the_environment_is_read_once_in_settings() -> None:
     reads = {(str(path.relative_to(ROOT)), var) for path in MODULES.values() for var in _env_reads(path)
-             if path != ROOT / "kernelpro" / "settings.py"}  # fmt: skip
+             if path != ROOT / "kernelpro" / "settings.py"}
     assert reads == KEPT

@@ -38,7 +38,7 @@ def variant(block: int = 1024, warps: int = 4) -> str:
 def answer(*candidates: tuple[str, dict[str, str]]) -> str:
     return json.dumps({"candidates": [
         {"strategy": s, "files": [{"path": p, "content": c} for p, c in files.items()]} for s, files in candidates
-    ]})  # fmt: skip
+    ]})
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -51,7 +51,7 @@ def parent_of(target: Target, root: Path, status: str = "PASSED", log: str = "",
             WorkloadResult(w.uuid, "PASSED", timing=Timing(0.25, 0.24, 0.26, 0.01, 50),
                            reference_timing=Timing(0.5, 0.49, 0.51, 0.01, 50))
             for w in target.workloads
-        )  # fmt: skip
+        )
     else:
         results = (WorkloadResult(target.workloads[0].uuid, status, log=log),)
     outcome = Outcome(sol.content_hash(), status, results, environment={"hardware": "NVIDIA H200"}, log=log)
@@ -59,7 +59,7 @@ def parent_of(target: Target, root: Path, status: str = "PASSED", log: str = "",
 
 
 def context(target: Target, gpu: str = "NVIDIA H200", seen: Callable[[str], bool] = lambda k: False,
-            device: str = "cuda") -> Context:  # fmt: skip
+            device: str = "cuda") -> Context:
     return Context(target=target, seen=seen, device=device, gpu_name=gpu)
 
 
@@ -75,7 +75,7 @@ def test_json_answer_gives_candidates_and_the_prompt_has_what_the_model_needs(
     server: FakeOpenAI, target: Target, repo_root: Path
 ) -> None:
     server.script(ok(answer(("bigger blocks, fewer warps", {ENTRY: variant(1024, 4)}),
-                            ("very large blocks", {ENTRY: variant(4096, 8)}))))  # fmt: skip
+                            ("very large blocks", {ENTRY: variant(4096, 8)}))))
     parent = parent_of(target, repo_root, speedup=1.234)
     cands = programmer(server).propose(parent, "optimize", 2, context(target))
 
@@ -133,7 +133,7 @@ def test_fenced_code_fallback(server: FakeOpenAI, target: Target, repo_root: Pat
         "Here are two ideas.\n\n**Candidate 1: larger tiles.**\n```python\n" + variant(2048, 4)
         + "```\n\nCandidate 2: vectorised loads with more warps\n\n```py\n" + variant(1024, 16)
         + "```\nHope this helps!"
-    )  # fmt: skip
+    )
     server.script(ok(reply))
     cands = programmer(server).propose(parent_of(target, repo_root), "optimize", 4, context(target))
     assert [c.solution.source(ENTRY) for c in cands] == [variant(2048, 4), variant(1024, 16)]
@@ -156,7 +156,7 @@ def test_candidates_writing_other_files_are_dropped(
         ("same name, other folder", {"other/swiglu.py": variant(512)}),
         ("fine, relative spelling", {"./kernels/swiglu.py": variant(512)}),
         ("fine, bare file name", {"swiglu.py": variant(1024)}),
-    )))  # fmt: skip
+    )))
     with caplog.at_level(logging.WARNING):
         cands = programmer(server).propose(parent_of(target, repo_root), "optimize", 4, context(target))
     assert [c.note for c in cands] == ["fine, relative spelling", "fine, bare file name"]
@@ -171,7 +171,7 @@ def test_invalid_seen_duplicate_and_surplus_candidates_are_skipped(
     seen_sol = parent.candidate.solution.sources[0]
     seen_key = type(parent.candidate.solution)(
         "x", parent.candidate.solution.definition, "x", parent.candidate.solution.spec,
-        (type(seen_sol)(ENTRY, variant(128)),)).content_hash()  # fmt: skip
+        (type(seen_sol)(ENTRY, variant(128)),)).content_hash()
     server.script(ok(answer(
         ("syntax error", {ENTRY: "def swiglu(a, b:\n"}),
         ("lost the entry point", {ENTRY: "def other(a, b):\n    return a\n"}),
@@ -181,7 +181,7 @@ def test_invalid_seen_duplicate_and_surplus_candidates_are_skipped(
         ("same as first", {ENTRY: variant(256)}),
         ("second", {ENTRY: variant(512)}),
         ("third, over n", {ENTRY: variant(2048)}),
-    )))  # fmt: skip
+    )))
     ctx = context(target, seen=lambda k: k == seen_key)
     cands = programmer(server).propose(parent, "optimize", 2, ctx)
     assert [c.note for c in cands] == ["first", "second"]
@@ -260,7 +260,7 @@ def test_unknown_model_raises_plugin_error_with_the_fix(server: FakeOpenAI, targ
 
 def test_endpoint_without_json_mode(server: FakeOpenAI, target: Target, repo_root: Path) -> None:
     server.script(error(400, message="'response_format' of type 'json_object' is not supported with this model."),
-                  ok(answer(("plain", {ENTRY: variant()}))))  # fmt: skip
+                  ok(answer(("plain", {ENTRY: variant()}))))
     prog = programmer(server)
     cands = prog.propose(parent_of(target, repo_root), "optimize", 1, context(target))
     assert [c.note for c in cands] == ["plain"]
@@ -280,7 +280,7 @@ def test_model_that_wants_max_completion_tokens(server: FakeOpenAI, target: Targ
 
 def settings(**kw: str | None) -> Settings:
     base = {"device": "cpu", "llm_base_url": None, "llm_model": MODEL, "llm_api_key": API_KEY,
-            "github_token": None, "progress": False}  # fmt: skip
+            "github_token": None, "progress": False}
     return Settings(**{**base, **kw})  # type: ignore[arg-type]
 
 

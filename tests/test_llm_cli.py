@@ -80,7 +80,7 @@ def test_the_demonstration_refuses_the_hacks_and_repairs_with_the_reason(tmp_pat
     assert "REJECTED_STATIC: kernels/swiglu.py calls torch.nn.functional.silu" in report
     cmd = shlex.split(result["command"])
     assert cmd[:3] == ["KERNELPRO_DEVICE=cpu", f"KERNELPRO_LLM_BASE_URL=http://{p['host']}/v1",
-                       "KERNELPRO_LLM_MODEL=demo-model"]  # fmt: skip
+                       "KERNELPRO_LLM_MODEL=demo-model"]
     assert cmd[3:5] == ["kernelpro", "optimize"] and cmd[cmd.index("--programmer") + 1] == "llm"
     assert f"| settings | `{result['command']}` |" in report and API_KEY not in result["command"]
     assert "programmer: llm, model: demo-model" in str(r["pr_body"])
@@ -90,7 +90,7 @@ def test_the_settings_row_reruns_the_same_search(tmp_path: Path, monkeypatch: py
     repo = make_demo_repo(tmp_path / "repo")
     first = tmp_path / "first"
     assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(first),
-                 "--search", "greedy", "--budget", "3", "--memory", "off"]) == 0  # fmt: skip
+                 "--search", "greedy", "--budget", "3", "--memory", "off"]) == 0
     result = json.loads((first / "swiglu" / "result.json").read_text())
     words = shlex.split(result["command"])
     env = dict(w.split("=", 1) for w in words[: words.index("kernelpro")])
@@ -102,19 +102,19 @@ def test_the_settings_row_reruns_the_same_search(tmp_path: Path, monkeypatch: py
         monkeypatch.setenv(k, v)
     assert main(args) == 0
     keys = [[json.loads(x)["key"] for x in (d / "swiglu" / "journal.jsonl").read_text().splitlines()]
-            for d in (first, again)]  # fmt: skip
+            for d in (first, again)]
     assert keys[0] == keys[1] and len(keys[0]) == 3
 
 
 def test_a_dead_endpoint_ends_the_run_before_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeOpenAI().start()
     url = fake.url
     fake.stop()
     repo = make_demo_repo(tmp_path / "repo")
     _llm_env(monkeypatch, url)
     rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out"),
-               "--programmer", "llm"])  # fmt: skip
+               "--programmer", "llm"])
     err = capsys.readouterr().err
     assert rc == 2 and not (tmp_path / "out" / "swiglu").exists()
     assert f"nothing answers at the LLM endpoint {url}" in err and "Fix: start the server" in err
@@ -130,7 +130,7 @@ def test_a_run_where_every_request_failed_exits_non_zero_with_cause_and_fix(
         _llm_env(monkeypatch, fake.url)
         rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "out"),
                    "--programmer", "llm", "--search", "greedy", "--budget", "3", "--memory", "off",
-                   "--tools", "reactive"])  # fmt: skip
+                   "--tools", "reactive"])
     finally:
         fake.stop()
     out, err = capsys.readouterr()

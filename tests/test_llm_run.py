@@ -91,7 +91,7 @@ def test_expansions_that_all_fail_stop_the_search_with_the_cause(target: Target,
 
 
 def test_requests_tokens_retries_and_the_provider_are_counted(server: FakeOpenAI, target: Target, repo_root: Path,
-                                                               caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     reply = answer(("bigger blocks", {ENTRY: variant()}))
     server.script(error(500, FAST_RETRY), ok(reply))
     prog = programmer(server)
@@ -116,7 +116,7 @@ def test_the_key_never_reaches_the_usage_or_the_base_url() -> None:
 
 def test_max_tokens_comes_from_the_settings(server: FakeOpenAI, target: Target, repo_root: Path) -> None:
     env = {"KERNELPRO_LLM_MODEL": MODEL, "KERNELPRO_LLM_API_KEY": API_KEY, "KERNELPRO_LLM_BASE_URL": server.url,
-           "KERNELPRO_LLM_MAX_TOKENS": "4096"}  # fmt: skip
+           "KERNELPRO_LLM_MAX_TOKENS": "4096"}
     prog = make(Settings.from_env(env))
     server.script(ok(answer(("x", {ENTRY: variant()}))))
     prog.propose(parent_of(target, repo_root), "optimize", 1, context(target))
@@ -183,7 +183,7 @@ def test_truncation_recovery_keeps_every_complete_candidate_of_every_answer(
     one = answer(("first answer's", {ENTRY: variant(256)}), ("cut", {ENTRY: variant(512)}))
     two = answer(("second answer's", {ENTRY: variant(1024)}), ("cut", {ENTRY: variant(4096)}))
     server.script(ok(one[: one.index('"cut"') + 10], "length"), ok(two[: two.index('"cut"') + 10], "length"),
-                  ok(answer(("restarted", {ENTRY: variant(2048)}))))  # fmt: skip
+                  ok(answer(("restarted", {ENTRY: variant(2048)}))))
     prog = programmer(server)
     with caplog.at_level(logging.WARNING):
         cands = prog.propose(parent_of(target, repo_root), "optimize", 4, context(target))
@@ -196,7 +196,7 @@ def test_truncation_recovery_keeps_every_complete_candidate_of_every_answer(
 
 
 def test_reactive_without_a_profile_says_so(server: FakeOpenAI, target: Target, repo_root: Path,
-                                            caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+                                            caplog: pytest.LogCaptureFixture) -> None:
     server.script(ok(answer(("x", {ENTRY: variant()}))))
     prog = programmer(server)
     with caplog.at_level(logging.WARNING):
@@ -213,7 +213,7 @@ def _stage1(target: Target, baseline: Scored) -> ReferenceAnalysis:
     return analyze_reference(target.definition, target.workloads, flops=target.flops, nbytes=target.bytes,
                              ceilings=default_ceilings("NVIDIA H200", dtypes),
                              measured_ms={w.uuid: baseline.outcome.latency(w.uuid) for w in target.workloads},
-                             profile=None)  # fmt: skip
+                             profile=None)
 
 
 def test_the_first_prompt_holds_what_the_judge_uses(target: Target, repo_root: Path) -> None:
@@ -285,7 +285,7 @@ def test_docs_prompts_md_is_what_the_code_renders_now() -> None:
     spec.loader.exec_module(module)
     kinds = module.prompts()
     assert [t.split(" (")[0] for t, *_ in kinds][:2] == ["The first request: fresh candidates from the pull request's kernel",
-                                                          "Improving a working candidate"]  # fmt: skip
+                                                          "Improving a working candidate"]
     doc = (Path(__file__).parents[1] / "docs" / "prompts.md").read_text()
     for _, _, messages, _ in kinds:
         for m in messages:

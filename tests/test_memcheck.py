@@ -38,7 +38,7 @@ def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> Path:
 def _run(tmp_path: Path) -> Memcheck:
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     sol = Solution("t", d.name, "t", BuildSpec("triton", ("cuda",), "k.py::swiglu", destination_passing_style=False),
-                   (SourceFile("k.py", "def swiglu(a, b):\n    return a\n"),))  # fmt: skip
+                   (SourceFile("k.py", "def swiglu(a, b):\n    return a\n"),))
     return memcheck(d, sol, [Workload.make(d, {"M": 64})], EvalSettings(device="cpu", timeout_s=60), None)
 
 

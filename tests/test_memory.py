@@ -63,7 +63,7 @@ def test_optimize_records_memory_in_the_report(tmp_path: Path, monkeypatch: pyte
     repo = make_demo_repo(tmp_path / "repo")
     out = tmp_path / "out"
     assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                 "--budget", "3", "--search", "greedy", "--memory", memory]) == 0  # fmt: skip
+                 "--budget", "3", "--search", "greedy", "--memory", memory]) == 0
     result = json.loads((out / "swiglu" / "result.json").read_text())
     assert result["memory_on"] is (memory == "on")
     if memory == "on":
@@ -86,4 +86,4 @@ def test_the_llm_prompt_carries_the_memory(target, repo_root) -> None:  # type: 
     user = build_messages(parent_of(target, repo_root), "optimize", 2, ctx)[1]["content"]
     assert "## Search memory" in str(user) and "BLOCK_SIZE 64->1024: 1.00x -> 3.40x" in str(user)
     assert "## Search memory" not in str(build_messages(parent_of(target, repo_root), "optimize", 2,
-                                                        Context(target, lambda k: False, "cuda"))[1]["content"])  # fmt: skip
+                                                        Context(target, lambda k: False, "cuda"))[1]["content"])

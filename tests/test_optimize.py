@@ -32,7 +32,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     out = root / "out"
     try:
         rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                   "--budget", "8", "--search", "greedy"])  # fmt: skip
+                   "--budget", "8", "--search", "greedy"])
     finally:
         mp.undo()
     assert rc == 0
@@ -111,7 +111,7 @@ def test_rerun_resumes_from_the_journal(demo: tuple[Path, Path], tmp_path: Path)
     # A run killed mid-write leaves a torn last line; it is skipped, the rest is reused.
     journal.write_text("\n".join(before) + "\n" + before[-1][: len(before[-1]) // 2] + "\n")
     rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(copy),
-               "--budget", "9", "--search", "greedy"])  # fmt: skip
+               "--budget", "9", "--search", "greedy"])
     assert rc == 0
     result = json.loads((copy / "swiglu" / "result.json").read_text())
     assert result["resumed_from_journal"] == 8
@@ -164,7 +164,7 @@ def test_nothing_to_tune_means_the_baseline_stands(tmp_path: Path) -> None:
     assert result["winner"] is None
     # The tuner's account of why (Tuner.silent): a plain torch function has no launch at all.
     assert result["stop_reason"].startswith("the programmer had nothing new to propose (no launch parameter in k.py: "
-                                            "no Triton launch")  # fmt: skip
+                                            "no Triton launch")
     assert (out / "patch.diff").read_text() == ""
     assert json.loads((out / "add" / "solution.json").read_text())["sources"][0]["content"] == TORCH_ADD
     assert "The pull request's kernel stands" in (out / "report.md").read_text()
@@ -191,7 +191,7 @@ def test_unchanged_kernels_are_not_optimized(tmp_path: Path, capsys: pytest.Capt
 def test_unknown_kernel_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     repo = _kernel_repo(tmp_path, TORCH_ADD)
     rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "o"),
-               "--kernel", "nope"])  # fmt: skip
+               "--kernel", "nope"])
     assert rc == 2
     assert "unknown kernel 'nope'; known: add" in capsys.readouterr().err
 
@@ -232,19 +232,19 @@ def test_llm_programmer_end_to_end_through_the_cli(tmp_path: Path, monkeypatch: 
     answer = {"candidates": [
         {"strategy": "bigger blocks", "files": [{"path": "kernels/swiglu.py", "content": faster}]},
         {"strategy": "drop the gate", "files": [{"path": "kernels/swiglu.py", "content": wrong}]},
-    ]}  # fmt: skip
+    ]}
     fake = FakeOpenAI().start()
     try:
         # The candidates, then (the budget spent, no further expansion) the memory extraction of that iteration.
         memory = {"successful_patterns": ["BLOCK_SIZE 64->1024 with 4 warps is faster"],
-                  "errors_corrections": ["dropping the silu gate is INCORRECT_NUMERICAL"]}  # fmt: skip
+                  "errors_corrections": ["dropping the silu gate is INCORRECT_NUMERICAL"]}
         fake.script(ok(json.dumps(answer)), ok(json.dumps(memory)))
         monkeypatch.setenv("KERNELPRO_LLM_BASE_URL", fake.url)
         monkeypatch.setenv("KERNELPRO_LLM_MODEL", "fake-model")
         monkeypatch.setenv("KERNELPRO_LLM_API_KEY", API_KEY)
         out = tmp_path / "out"
         rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                   "--programmer", "llm", "--search", "greedy", "--budget", "3"])  # fmt: skip
+                   "--programmer", "llm", "--search", "greedy", "--budget", "3"])
     finally:
         fake.stop()
     assert rc == 0
@@ -259,7 +259,7 @@ def test_llm_programmer_end_to_end_through_the_cli(tmp_path: Path, monkeypatch: 
 
 
 def test_llm_bad_key_stops_the_run_before_the_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """One cheap request (GET /models) checks the key before anything is evaluated: no result, exit 2."""
     from fake_openai import FakeOpenAI
 
@@ -271,7 +271,7 @@ def test_llm_bad_key_stops_the_run_before_the_baseline(tmp_path: Path, monkeypat
         monkeypatch.setenv("KERNELPRO_LLM_API_KEY", "wrong-key")
         out = tmp_path / "out"
         rc = main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
-                   "--programmer", "llm", "--budget", "3"])  # fmt: skip
+                   "--programmer", "llm", "--budget", "3"])
     finally:
         fake.stop()
     assert rc == 2
@@ -317,7 +317,7 @@ def test_repository_tools_load_from_the_base_branch_only(tmp_path: Path, capsys:
     r.git.merge("basebranch")
     out = tmp_path / "o1"
     assert main(["optimize", "--repo", str(repo), "--base", "basebranch", "--head", "main", "--out", str(out),
-                 "--kernel", "add"]) == 0  # fmt: skip
+                 "--kernel", "add"]) == 0
     assert "ignored" not in capsys.readouterr().out
 
     repo2 = _kernel_repo(tmp_path / "head", TORCH_ADD)
@@ -331,7 +331,7 @@ def test_repository_tools_load_from_the_base_branch_only(tmp_path: Path, capsys:
     r2.git.add(A=True)
     r2.index.commit("PR adds config and a tool")
     assert main(["optimize", "--repo", str(repo2), "--base", base_sha, "--head", "HEAD", "--out", str(tmp_path / "o2"),
-                 "--kernel", "add"]) == 0  # fmt: skip
+                 "--kernel", "add"]) == 0
     assert "The repository's own tools are ignored: they are not on the base branch." in capsys.readouterr().out
 
 
@@ -344,6 +344,6 @@ def test_a_broken_repository_tool_is_a_clear_error(tmp_path: Path, capsys: pytes
     r.git.add(A=True)
     r.index.commit("bad tool")
     rc = main(["optimize", "--repo", str(repo), "--base", "HEAD", "--head", "HEAD", "--out", str(tmp_path / "o"),
-               "--kernel", "add"])  # fmt: skip
+               "--kernel", "add"])
     assert rc == 2
     assert "define TOOLS = (ProfilingTool(...), ...)" in capsys.readouterr().err

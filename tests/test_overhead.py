@@ -28,7 +28,7 @@ ovh = _load()
 def test_stages_split_the_child_wall_time() -> None:
     o = {"wall_seconds": 10.0, "build_seconds": 1.0, "phases": {"startup": 4.0, "verify": 2.0, "time": 2.5}}
     assert ovh.candidate_stages(o) == {"spawn": 0.5, "startup": 4.0, "build": 1.0, "verify": 2.0, "time": 2.5,
-                                       "timeline": 0.0, "wall": 10.0}  # fmt: skip
+                                       "timeline": 0.0, "wall": 10.0}
     # The timeline recorded after timing is its own stage: on the H200 "spawn" was 5.5 s of a 9.4 s
     # child with it inside (benchmarks/results-h200-session5/overhead.json).
     o["phases"]["timeline"] = 0.4

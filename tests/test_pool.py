@@ -31,7 +31,7 @@ def fake_evaluate(c: Candidate) -> Outcome:
     start = time.time()
     time.sleep(float(c.params.get("sleep", 0.0)))
     return Outcome(c.key, "PASSED", (), environment={"gpu": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                                                     "start": start, "end": time.time()})  # fmt: skip
+                                                     "start": start, "end": time.time()})
 
 
 def test_visible_gpus_from_the_environment_and_the_setting() -> None:
@@ -135,7 +135,7 @@ def test_drain_drops_the_queue_and_waits_for_running_work(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_optimize_on_two_gpus_evaluates_the_same_candidates_as_on_one(target, repo_root, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop with a pool of two (fake) GPUs, real evaluator in the workers (Triton interpreter)."""
     from kernelpro.runner.optimize import RunSettings, optimize
     from kernelpro.runner.programmers import load
@@ -191,7 +191,7 @@ def test_exclusive_holds_the_queue_and_waits_for_running_work(tmp_path: Path) ->
 
 
 def test_a_bad_gpu_selection_is_a_clear_cli_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from kernelpro.cli import main, make_demo_repo
 
     repo = make_demo_repo(tmp_path / "repo")

@@ -169,7 +169,7 @@ def test_memory_dependency_stall_is_derived_from_long_scoreboard_on_sm90() -> No
 def _relabel(text: str, launch_id: str, kernel: str) -> list[str]:
     rows = [ln for ln in text.splitlines() if ln.startswith('"')]
     return [ln.replace('"0","1250","python3.12","127.0.0.1","_swiglu_kernel"',
-                       f'"{launch_id}","1250","python3.12","127.0.0.1","{kernel}"') for ln in rows[1:]]  # fmt: skip
+                       f'"{launch_id}","1250","python3.12","127.0.0.1","{kernel}"') for ln in rows[1:]]
 
 
 def test_several_launches_come_back_in_id_order() -> None:
@@ -218,7 +218,7 @@ def test_ncu_command_shape() -> None:
     assert cmd[10:] == ["python3", "launch.py"]
     full = ncu_command(["./a.out"], kernel_regex="k", full=True)
     assert full == ["ncu", "--clock-control", "none", "--csv", "-k", "regex:k", "-c", "1",
-                    "--set", "full", "--page", "raw", "./a.out"]  # fmt: skip
+                    "--set", "full", "--page", "raw", "./a.out"]
     assert "-k" not in ncu_command(["./a.out"], kernel_regex=None)
 
 
@@ -335,7 +335,7 @@ def test_collect_names_an_unknown_metric_that_reads_na(fake_path: Path) -> None:
     kernels, notes = collect(
         ["./probe"], kernel_regex="probe_kernel",
         metrics=["gpu__time_duration.sum", "smsp__no_such_metric_at_all.sum"],
-    )  # fmt: skip
+    )
     assert kernels[0].get("gpu__time_duration.sum") == 44640
     assert len(notes) == 1 and "smsp__no_such_metric_at_all.sum" in notes[0]
     assert "gpu__time_duration.sum" not in notes[0]
@@ -375,9 +375,9 @@ def _profile_with_fake_ncu(fake_path: Path, stages: dict[str, float]) -> tuple[l
 
     d = load_definition(Path(__file__).resolve().parents[1] / "examples" / "demo" / "commit1" / "definitions" / "swiglu.json")
     sol = Solution("t", d.name, "t", BuildSpec("triton", ("cuda",), "k.py::swiglu", destination_passing_style=False),
-                   (SourceFile("k.py", "def swiglu(a, b):\n    return a\n"),))  # fmt: skip
+                   (SourceFile("k.py", "def swiglu(a, b):\n    return a\n"),))
     return _ncu(d, sol, Workload.make(d, {"M": 64}), EvalSettings(device="cuda"), ProfileSettings(),
-                fake_path / "cache", stages)  # fmt: skip
+                fake_path / "cache", stages)
 
 
 def test_the_profiler_reads_ncus_csv_from_its_own_log_file(fake_path: Path) -> None:

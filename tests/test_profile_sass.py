@@ -238,7 +238,7 @@ def test_uses_cublas_reads_dynamic_symbols(tmp_path: Path) -> None:
     }.items():
         (tmp_path / f"{name}.c").write_text(body + "\n")
         subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / f"lib{name}.so"),
-                        str(tmp_path / f"{name}.c")], check=True, timeout=120)  # fmt: skip
+                        str(tmp_path / f"{name}.c")], check=True, timeout=120)
     assert uses_cublas(tmp_path / "libcalls.so") is True
     assert uses_cublas(tmp_path / "libplain.so") is False
     # a host-only library has no SASS: that is not an error, and cuBLAS use is still reported
@@ -252,7 +252,7 @@ def test_uses_cublas_on_a_library_linked_with_cublas(tmp_path: Path) -> None:
         pytest.skip("nvcc not on PATH")
     so = tmp_path / "libkp_cublas.so"
     cmd = [NVCC, "-shared", "-Xcompiler", "-fPIC", GENCODE, "-o", str(so),
-           str(CUDA / "cublas_user.cu"), "-lcublas"]  # fmt: skip
+           str(CUDA / "cublas_user.cu"), "-lcublas"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         pytest.skip(f"cuBLAS headers/library not installed here: {p.stderr.strip()[-200:]}")

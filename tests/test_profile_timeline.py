@@ -95,7 +95,7 @@ def test_wall_extends_to_the_end_of_asynchronous_gpu_work() -> None:
     assert t.launch_overhead_pct == pytest.approx(0.0)
     # a second kernel launched late: the idle time between the two counts
     t = summarize([call(0, 20), api("cudaLaunchKernel", 5, 5), kernel(15, 50),
-                   api("cudaLaunchKernel", 10, 5), kernel(95, 50)], 1)  # fmt: skip
+                   api("cudaLaunchKernel", 10, 5), kernel(95, 50)], 1)
     assert t.launch_overhead_pct == pytest.approx(30 / 140 * 100)
 
 
@@ -118,13 +118,13 @@ def test_overhead_is_clipped() -> None:
 
 def test_syncs_counted() -> None:
     evs = [call(0, 100), api("cudaDeviceSynchronize", 10), api("cudaStreamSynchronize", 20),
-           api("cudaEventSynchronize", 30), api("cudaEventRecord", 40), kernel(1, 5)]  # fmt: skip
+           api("cudaEventSynchronize", 30), api("cudaEventRecord", 40), kernel(1, 5)]
     assert summarize(evs, 1).syncs == 3
 
 
 def test_driver_launches_count_for_launch_time() -> None:
     evs = [call(0, 100), {"name": "cuLaunchKernelEx", "cat": "cuda_driver", "ts_us": 1, "dur_us": 3},
-           {"name": "cuLaunchKernel", "cat": "cuda_driver", "ts_us": 5, "dur_us": 5}, kernel(10, 5)]  # fmt: skip
+           {"name": "cuLaunchKernel", "cat": "cuda_driver", "ts_us": 5, "dur_us": 5}, kernel(10, 5)]
     assert summarize(evs, 1).avg_launch_ns == pytest.approx(4000.0)
 
 
@@ -137,7 +137,7 @@ def test_memcpy_directions_and_bytes() -> None:
          "args": {"bytes": 4096}},
         {"name": "Memcpy DtoD (Device -> Device)", "cat": "gpu_memcpy", "ts_us": 200, "dur_us": 5,
          "args": {"bytes": 64}},
-    ]  # fmt: skip
+    ]
     t = summarize(evs, 1)
     assert (t.memcpy_h2d, t.memcpy_d2h, t.memcpy_bytes) == (1, 1, 8192)
     assert t.kernel_launches == 0
@@ -145,7 +145,7 @@ def test_memcpy_directions_and_bytes() -> None:
 
 def test_memcpy_from_runtime_kind_when_no_gpu_records() -> None:
     evs = [call(0, 100), {"name": "cudaMemcpy", "cat": "cuda_runtime", "ts_us": 1, "dur_us": 9,
-                          "args": {"kind": 2}}]  # fmt: skip
+                          "args": {"kind": 2}}]
     t = summarize(evs, 1)
     assert (t.memcpy_h2d, t.memcpy_d2h) == (0, 1)
 
@@ -172,7 +172,7 @@ def test_chrome_trace_conversion() -> None:
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 104.0, "dur": 5.0},
         {"ph": "s", "cat": "ac2g", "name": "ac2g", "ts": 105.0, "id": 7},
         {"ph": "M", "name": "process_name", "args": {"name": "python"}},
-    ]}  # fmt: skip
+    ]}
     evs = events_from_chrome_trace(trace)
     assert [e["cat"] for e in evs] == ["user_annotation", "cuda_runtime", "kernel"]
     assert evs[2]["args"]["grid"] == [4, 1, 1]
@@ -204,7 +204,7 @@ EXPECT = {
     "clean": lambda t: (t.kernel_launches <= 3 and t.launch_overhead_pct < 20 and t.syncs == 0
                         and t.memcpy_h2d == t.memcpy_d2h == 0),
     "host_bound": lambda t: t.kernel_launches == 1 and t.launch_overhead_pct > 50,  # issue 23
-}  # fmt: skip
+}
 
 TRACES = sorted(H200.glob("timeline_*.json")) if H200.is_dir() else []
 TRACES = [p for p in TRACES if p.name != "timeline_summary.json"]
@@ -261,7 +261,7 @@ def test_fixture_kernels_compile(tmp_path: Path) -> None:
     for stem, (name, extra) in sources.items():
         out = tmp_path / f"{stem}.cubin"
         p = subprocess.run([nvcc, *launch.NVCC_FLAGS, *extra, "-o", str(out), str(KERNELS / f"{stem}.cu")],
-                           capture_output=True, text=True, timeout=180)  # fmt: skip
+                           capture_output=True, text=True, timeout=180)
         assert p.returncode == 0, p.stderr
         assert out.stat().st_size > 0 and name.encode() in out.read_bytes()
         usage[stem] = p.stderr

@@ -58,16 +58,16 @@ def test_base_strategies_and_modes(target: Target, repo_root: Path) -> None:
     ("triton", "kernels/swiglu.py", "## Writing fast Triton", "__launch_bounds__"),
     ("cuda", "kernels/swiglu.cu", "__launch_bounds__(threads, min_blocks)", "## Writing fast Triton"),
     ("python", "kernels/swiglu.py", "## Writing fast Python", "__launch_bounds__"),
-])  # fmt: skip
+])
 def test_the_language_part_follows_the_input_language(target: Target, repo_root: Path, language: str, path: str,
-                                                      expect: str, absent: str) -> None:  # fmt: skip
+                                                      expect: str, absent: str) -> None:
     base = parent_of(target, repo_root)
     parent = _as(base, language, path, "void swiglu() {}\n" if path.endswith(".cu") else "def swiglu(a, b):\n    pass\n")
     _, user = _text(_gemm(target), parent)
     assert expect in user and absent not in user
     # The GPU part follows the language too: CuTe for CUDA, tl.dot for Triton, matmul ops for PyTorch.
     lang_line = {"triton": "In Triton, tl.dot lowers to wgmma", "cuda": "SM90_64xNx16 MMA atoms",
-                 "python": "From PyTorch, tensor cores"}[language]  # fmt: skip
+                 "python": "From PyTorch, tensor cores"}[language]
     assert lang_line in user
 
 
@@ -79,9 +79,9 @@ def test_the_language_part_follows_the_input_language(target: Target, repo_root:
     ("NVIDIA L40S", "Ada (AD10x), compile target sm_89", "m16n8k32 for fp8 (e4m3/e5m2)", "wgmma"),
     ("NVIDIA B200", "Blackwell (GB100), compile target sm_100a", "tcgen05.mma", "m16n8k8"),
     ("Tesla T4", "Turing (TU10x), compile target sm_75", "mma.sync m16n8k8 for fp16", "cp.async ("),
-])  # fmt: skip
+])
 def test_gpu_aware_notes_name_the_architecture_and_its_tensor_core_shapes(
-        target: Target, repo_root: Path, gpu: str, arch: str, shape: str, not_in: str) -> None:  # fmt: skip
+        target: Target, repo_root: Path, gpu: str, arch: str, shape: str, not_in: str) -> None:
     _, user = _text(_gemm(target), parent_of(target, repo_root), gpu=gpu)
     notes = user.split(f"## Hardware notes ({gpu})")[1].split("\n## ")[0]
     assert arch in notes and shape in notes and not_in not in notes
@@ -101,7 +101,7 @@ def test_arch_names_do_not_shadow_each_other() -> None:
     cases = {"NVIDIA GH200 480GB": "Hopper", "NVIDIA H20": "Hopper", "NVIDIA A100 80GB PCIe": "Ampere (GA100)",
              "NVIDIA A10": "Ampere (GA10x)", "NVIDIA L4": "Ada", "NVIDIA L40": "Ada",
              "NVIDIA GeForce RTX 4090": "Ada", "NVIDIA GeForce RTX 3090": "Ampere (GA10x)",
-             "NVIDIA RTX 6000 Ada Generation": "Ada", "NVIDIA GB200": "Blackwell"}  # fmt: skip
+             "NVIDIA RTX 6000 Ada Generation": "Ada", "NVIDIA GB200": "Blackwell"}
     for name, family in cases.items():
         a = arch_of(name)
         assert a is not None and a.name.startswith(family), (name, a)
@@ -110,7 +110,7 @@ def test_arch_names_do_not_shadow_each_other() -> None:
 
 def test_findings_and_memory_parts(target: Target, repo_root: Path) -> None:
     _, user = _text(target, parent_of(target, repo_root), feedback="[high] Global loads are scalar",
-                    memory="### Learnings\n- num_warps 32 was slower")  # fmt: skip
+                    memory="### Learnings\n- num_warps 32 was slower")
     assert "## Automated Bottleneck Analysis" in user and "[high] Global loads are scalar" in user
     assert "## Search memory" in user and "num_warps 32 was slower" in user
     _, bare = _text(target, parent_of(target, repo_root))
@@ -118,7 +118,7 @@ def test_findings_and_memory_parts(target: Target, repo_root: Path) -> None:
 
 
 def test_a_raw_cuda_kernel_prompt_shows_the_launch_kernelpro_makes(target: Target, repo_root: Path,
-                                                                   tmp_path: Path) -> None:  # fmt: skip
+                                                                   tmp_path: Path) -> None:
     # The launch lives in .kernelpro.yml, not in the sources: a model that renamed the symbol or a
     # macro the grid reads would get a COMPILE_ERROR it could not explain.
     from kernelpro.cli import make_demo_repo

@@ -37,7 +37,7 @@ def test_decorators_are_read_through_the_imports() -> None:
     tree = ast.parse(SOURCE)
     aliases = import_aliases(tree)
     kinds = {f.name: [triton_decorator(d, aliases) for d in f.decorator_list]
-             for f in tree.body if isinstance(f, ast.FunctionDef)}  # fmt: skip
+             for f in tree.body if isinstance(f, ast.FunctionDef)}
     assert kinds == {"not_a_kernel": [None], "k": ["jit"], "launch": []}
     deco = ast.parse("@autotune(configs=[])\n@heuristics({})\ndef f(): pass\n").body[0]
     assert isinstance(deco, ast.FunctionDef)

@@ -37,7 +37,7 @@ TOOLS = {t.name: t for t in registry()}
 # The tools whose evidence (ncu counters, SASS) the recording holds; the timeline tools have none and
 # the energy-only tools are not offered (energy is not an objective of the search).
 AVAILABLE = ["too_few_programs", "tail_effect", "serial_dependency", "warp_stall", "barrier_stall", "memory_coalescing", "vectorization", "occupancy", "high_register_usage",
-             "shared_bank_conflicts", "tensor_core_underutilization", "tensor_core_generation", "register_spills"]  # fmt: skip
+             "shared_bank_conflicts", "tensor_core_underutilization", "tensor_core_generation", "register_spills"]
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -65,7 +65,7 @@ def context(target: Target, profile: Profile | None, tool_mode: str, tools: tupl
     """A context as optimize() builds it: the proactive feedback and findings are always filled in,
     so the reactive tests show that the programmer leaves them out."""
     kw: dict[str, Any] = {"target": target, "seen": lambda k: False, "device": "cuda", "gpu_name": "NVIDIA H200",
-                          "bottleneck": "memory", "profile": profile, "tool_mode": tool_mode, "tools": tools}  # fmt: skip
+                          "bottleneck": "memory", "profile": profile, "tool_mode": tool_mode, "tools": tools}
     if profile is not None:
         analysis = run_tools(profile, "memory")
         kw |= {"feedback": render(analysis, profile, "tools"), "findings": analysis.findings}
@@ -111,7 +111,7 @@ def test_reactive_offers_one_function_per_available_tool_and_returns_the_real_fi
     # The call, answered with the real finding, in the wire format.
     assistant, tool = second.messages[2:]
     assert assistant == {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "vectorization", "arguments": "{}"}}]}  # fmt: skip
+        {"id": "call_1", "type": "function", "function": {"name": "vectorization", "arguments": "{}"}}]}
     assert second.tool_messages == [tool] and tool["tool_call_id"] == "call_1"
     content = tool["content"]
     assert content.startswith(f"1. **[high] {finding.title}** (vectorization, ncu): ")
@@ -128,7 +128,7 @@ def test_quiet_tools_list_metrics_and_unknown_names_in_one_turn(
     server: FakeOpenAI, target: Target, repo_root: Path, profile: Profile
 ) -> None:
     server.script(calls("barrier_stall", LIST_METRICS, "nvtx_magic", "warp_stall"),
-                  ok(answer(("wider loads", {ENTRY: variant(2048, 8)}))))  # fmt: skip
+                  ok(answer(("wider loads", {ENTRY: variant(2048, 8)}))))
     (cand,) = programmer(server).propose(parent_of(target, repo_root), "optimize", 1, context(target, profile, "reactive"))
     quiet, metrics, unknown, stall = (m["content"] for m in server.requests[1].tool_messages)
     thresholds = ", ".join(f"{k} = {v:g}" for k, v in TOOLS["barrier_stall"].thresholds.items())
@@ -145,14 +145,14 @@ def test_the_round_budget_ends_a_model_that_only_calls_tools(
 ) -> None:
     server.script(*[calls("warp_stall")] * 3, ok(answer(("finally", {ENTRY: variant()}))))
     (cand,) = programmer(server, tool_rounds=3).propose(parent_of(target, repo_root), "optimize", 2,
-                                                        context(target, profile, "reactive"))  # fmt: skip
+                                                        context(target, profile, "reactive"))
     assert len(server.requests) == 4
     assert all(r.tool_names for r in server.requests[:3])
     last = server.requests[3]
     assert "tools" not in last.body and last.body["response_format"] == {"type": "json_object"}
     assert last.messages[-1] == {"role": "user", "content": (
         "You have used all 3 turns of tool calls; no more tools can be called. Answer now: propose 2 candidates "
-        "as the JSON object described in your instructions.")}  # fmt: skip
+        "as the JSON object described in your instructions.")}
     assert len(last.tool_messages) == 3
     assert cand.params["tools_called"] == ["warp_stall"] * 3
 
@@ -186,9 +186,9 @@ def test_endpoint_that_rejects_json_mode_with_tools_gets_it_on_the_final_turn_on
     server: FakeOpenAI, target: Target, repo_root: Path, profile: Profile
 ) -> None:
     server.script(error(400, message="Invalid parameter: 'response_format' cannot be combined with 'tools'."),
-                  calls("vectorization"), calls("occupancy"), ok(answer(("after tools", {ENTRY: variant()}))))  # fmt: skip
+                  calls("vectorization"), calls("occupancy"), ok(answer(("after tools", {ENTRY: variant()}))))
     (cand,) = programmer(server, tool_rounds=2).propose(parent_of(target, repo_root), "optimize", 1,
-                                                        context(target, profile, "reactive"))  # fmt: skip
+                                                        context(target, profile, "reactive"))
     rejected, *turns, final = server.requests
     assert "response_format" in rejected.body and rejected.tools
     assert all(r.tools and "response_format" not in r.body for r in turns)
@@ -226,7 +226,7 @@ def test_repository_tools_are_offered_and_a_broken_one_does_not_stop_the_search(
     always = ProfilingTool("team_rule", "sass", (), {"max_mufu": 1}, lambda p, t: True,
                            lambda p, t: Finding("team_rule", "medium", "MUFU in an elementwise kernel", {"MUFU": 2},
                                                 "sigmoid via exp", ("use the fast path",)),
-                           description="Our team's rule.")  # fmt: skip
+                           description="Our team's rule.")
     broken = ProfilingTool("broken_rule", "sass", (), {}, lambda p, t: True, boom, description="Broken.")
     energy = next(t for t in registry() if t.energy_only and t.available(profile))
     tools = (*registry(), always, broken)
@@ -265,7 +265,7 @@ def test_the_fake_server_speaks_the_tool_call_wire_format(server: FakeOpenAI) ->
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
     assert choice["message"]["tool_calls"][1] == {
-        "id": "call_2", "type": "function", "function": {"name": "warp_stall", "arguments": "{}"}}  # fmt: skip
+        "id": "call_2", "type": "function", "function": {"name": "warp_stall", "arguments": "{}"}}
     parsed = raw.parse().choices[0].message.tool_calls
     assert parsed is not None and [c.id for c in parsed] == ["call_1", "call_2"]
 
@@ -281,7 +281,7 @@ def test_the_fake_server_speaks_the_tool_call_wire_format(server: FakeOpenAI) ->
 def test_the_network_guard_refuses_real_providers(target: Target, repo_root: Path, no_network: NetworkGuard) -> None:
     client = openai.OpenAI(api_key=API_KEY, max_retries=0, timeout=5)  # the real api.openai.com
     cands = LLMProgrammer(client, MODEL).propose(parent_of(target, repo_root), "optimize", 1,
-                                                 context(target, None, "proactive"))  # fmt: skip
+                                                 context(target, None, "proactive"))
     assert cands == []  # the programmer swallows the connection error ...
     assert any("api.openai.com" in a for a in no_network.attempts)
     with pytest.raises(AssertionError, match="api.openai.com"):

@@ -36,7 +36,7 @@ def section(title: str) -> str:
 def yaml_blocks() -> list[str]:
     """Every YAML block of the configuration sections, as a whole file (a target alone is wrapped)."""
     text = "".join(section(t) for t in ("A minimal `.kernelpro.yml`", "Configuring a kernel of a real repository",
-                                        "CUDA targets"))  # fmt: skip
+                                        "CUDA targets"))
     out = []
     for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
         if block.startswith("  - name:"):
@@ -51,7 +51,7 @@ def test_every_configuration_key_is_documented() -> None:
         "CUDA targets")
     keys = {*config.TOP_KEYS, *config.TARGET_KEYS, *config.DEFINITION_KEYS, *config.WORKLOAD_KEYS,
             *config.TOLERANCE_KEYS, *config.BUDGET_KEYS, *(f.name for f in dataclasses.fields(InputSpec)),
-            "grid", "block", "shared_mem", "args"}  # fmt: skip  (the last four: runner/launch.py's launch keys)
+            "grid", "block", "shared_mem", "args"}  # the last four: runner/launch.py's launch keys
     missing = sorted(k for k in keys if f"`{k}`" not in guide and not re.search(rf"[{{ ]{k}: ", guide))
     assert not missing, f"keys of .kernelpro.yml the README does not document: {missing}"
 
@@ -69,7 +69,7 @@ def repo(tmp_path: Path) -> Path:
         "name": "swiglu", "op_type": "swiglu", "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 4096}},
         "inputs": {"a": {"shape": ["M", "N"], "dtype": "float32"}, "b": {"shape": ["M", "N"], "dtype": "float32"}},
         "outputs": {"out": {"shape": ["M", "N"], "dtype": "float32"}},
-        "reference": "import torch\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"}))  # fmt: skip
+        "reference": "import torch\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"}))
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "swiglu.py").write_text("def swiglu(a, b):\n    return a\n")
     (tmp_path / "kernels" / "swiglu.cu").write_text(
@@ -91,7 +91,7 @@ def test_every_yaml_example_is_a_configuration_the_parser_takes(repo: Path) -> N
             for spec in d.inputs.values():
                 dtype = getattr(torch, spec.dtype)
                 inputs.append(torch.randn([small[a] for a in spec.shape], dtype=dtype) if spec.shape is not None
-                              else torch.tensor(1e-6).item())  # fmt: skip
+                              else torch.tensor(1e-6).item())
             namespace: dict[str, object] = {}
             exec(compile(d.reference, f"<README {t.name} reference>", "exec"), namespace)  # noqa: S102 - our README
             got = namespace["run"](*inputs)  # type: ignore[operator]
@@ -109,7 +109,7 @@ def _diff_lines(block_after: str) -> list[str]:
 
 def _changed(old: str, new: str) -> list[str]:
     return [line for line in unified_diff("f.py", old, new).splitlines()
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]  # fmt: skip
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
 def test_the_patches_shown_for_liger_kernels_are_the_tuners() -> None:

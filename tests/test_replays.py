@@ -31,15 +31,15 @@ by_name = {r.name: r for r in rp.REPLAYS}
 
 
 def _result(head: str = "PASSED", base: str | None = "PASSED", base_vs_head: float = 1.0,
-            winner: float | None = None, device: str = "cuda") -> dict:  # fmt: skip
+            winner: float | None = None, device: str = "cuda") -> dict:
     return {"baseline": {"status": head}, "device": device, "stop_reason": "budget spent",
             "base_branch": None if base is None else {"status": base, "speedup_vs_head": base_vs_head},
-            "winner": None if winner is None else {"speedup": winner}}  # fmt: skip
+            "winner": None if winner is None else {"speedup": winner}}
 
 
 def test_both_directions_swap_base_and_head(tmp_path: Path) -> None:
     for direction, base_src, head_src in (("forward", rp.SOFTMAX_ROW, rp.SOFTMAX_PERSISTENT),
-                                          ("reverse", rp.SOFTMAX_PERSISTENT, rp.SOFTMAX_ROW)):  # fmt: skip
+                                          ("reverse", rp.SOFTMAX_PERSISTENT, rp.SOFTMAX_ROW)):
         repo = git.Repo(rp.make_repo(tmp_path / direction, SOFTMAX, direction, False, 3))
         base, head = repo.commit("HEAD~1"), repo.commit("HEAD")
         assert (base.tree / "kernels/softmax.py").data_stream.read().decode() == base_src
@@ -88,7 +88,7 @@ def test_the_1266_reconstruction_changes_exactly_one_line() -> None:
     if (rp.CORPUS / "liger_kernel-0.8.1-py3-none-any.whl").exists():
         real = rp.wheel_file("0.8.1", rp.CE_FILE)
         changed = [(a, b) for a, b in zip(real.splitlines(), rp.without_constexpr_log2e(real).splitlines(), strict=True)
-                   if a != b]  # fmt: skip
+                   if a != b]
         assert len(changed) == 1
 
 
@@ -98,11 +98,11 @@ def test_missing_wheels_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_softmax_replay_end_to_end_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
     rows = rp.main(["--only", "triton-softmax-persistent", "--directions", "reverse", "--budget", "2",
-                    "--out", str(tmp_path)])  # fmt: skip
+                    "--out", str(tmp_path)])
     (row,) = rows
     assert row["exit_code"] == 0 and row["head"] == row["base"] == "PASSED" and row["evaluations"] == 2
     assert row["answered"] and math.isfinite(row["pr_vs_base"]) and row["pr_vs_base"] > 0

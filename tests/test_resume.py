@@ -58,7 +58,7 @@ class Landscape:
         t = Timing(ms, ms, ms, 0.0, 10)
         ok = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0, "trials": settings.trials}
         return Outcome(solution.content_hash(), "PASSED",
-                       tuple(WorkloadResult(w.uuid, "PASSED", correctness=ok, timing=t) for w in workloads))  # fmt: skip
+                       tuple(WorkloadResult(w.uuid, "PASSED", correctness=ok, timing=t) for w in workloads))
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_a_finished_run_rerun_evaluates_nothing(tmp_path: Path, land: Landscape)
 
 
 def test_the_wall_time_budget_stops_the_search(tmp_path: Path, land: Landscape,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
     target = replace(_target(tmp_path), budget=Budget(evaluations=50, minutes=2.0))
@@ -123,7 +123,7 @@ def test_the_wall_time_budget_stops_the_search(tmp_path: Path, land: Landscape,
 
 
 def test_the_report_records_the_flags_of_the_run(tmp_path: Path, land: Landscape,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelpro.cli import main, make_demo_repo
 
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
@@ -132,10 +132,10 @@ def test_the_report_records_the_flags_of_the_run(tmp_path: Path, land: Landscape
     out = tmp_path / "out"
     assert main(["optimize", "--repo", str(repo), "--base", "HEAD~1", "--head", "HEAD", "--out", str(out),
                  "--budget", "4", "--search", "greedy", "--feedback", "raw", "--memory", "off",
-                 "--candidates", "3"]) == 0  # fmt: skip
+                 "--candidates", "3"]) == 0
     result = json.loads((out / "swiglu" / "result.json").read_text())
     flags = ["--programmer tuner", "--search greedy", "--feedback raw", "--tools proactive", "--memory off",
-             "--candidates 3"]  # fmt: skip
+             "--candidates 3"]
     assert result["flags"] == flags
     assert (result["search"], result["feedback"], result["memory_on"], result["candidates_per_expansion"]) == \
         ("greedy", "raw", False, 3)
@@ -151,5 +151,5 @@ def test_candidates_out_of_range_is_a_clear_error(tmp_path: Path, capsys: pytest
     from kernelpro.cli import main
 
     assert main(["optimize", "--repo", str(tmp_path), "--base", "a", "--head", "b", "--out", str(tmp_path / "o"),
-                 "--candidates", "0"]) == 2  # fmt: skip
+                 "--candidates", "0"]) == 2
     assert "between 1 and 64" in capsys.readouterr().err

@@ -75,7 +75,7 @@ def target(repo: Path, source: str, entry: str, definition: str, extra: str = ""
     (repo / "ops").mkdir(exist_ok=True)
     (repo / "ops" / "k.py").write_text(source)
     text = (f"version: 1\ntargets:\n  - name: k\n    files: [ops/k.py]\n    language: python\n"
-            f"    entry_point: ops/k.py::{entry}\n{extra}{definition}")  # fmt: skip
+            f"    entry_point: ops/k.py::{entry}\n{extra}{definition}")
     return parse_config(text, ".kernelpro.yml", repo).targets[0]
 
 
@@ -117,7 +117,7 @@ def test_outputs_written_in_place(tmp_path: Path) -> None:
     # Declared but wrong (residual not updated): the in-place output is checked like any other.
     lazy = FLASHINFER.replace("    residual.add_(x)\n", "    residual = residual + x\n")
     wrong = run(target(tmp_path, lazy, "fused_add_rmsnorm", FUSED_DEF,
-                       "    in_place: {y: x, residual_out: residual}\n"), tmp_path, tmp_path)  # fmt: skip
+                       "    in_place: {y: x, residual_out: residual}\n"), tmp_path, tmp_path)
     assert wrong.status == "INCORRECT_NUMERICAL" and "residual_out" in wrong.log
 
 
@@ -137,7 +137,7 @@ def test_in_place_and_returns_together(tmp_path: Path) -> None:
     ("    in_place: {y: w}\n", "targets[0].in_place.y: output y (float32 [M, N]) cannot be written into input w"),
     ("    in_place: {y: eps}\n", "targets[0].in_place.y: 'eps' is not a tensor input of the definition"),
     ("    in_place: {q: x}\n", "targets[0].in_place.q: unknown key 'q'"),
-])  # fmt: skip
+])
 def test_config_errors(tmp_path: Path, extra: str, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         target(tmp_path, LIGER, "rms_norm_forward", RMS_DEF, extra)

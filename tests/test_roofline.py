@@ -23,14 +23,14 @@ DEF = Definition(
     inputs={"a": TensorSpec(("M", "N"), "float32"), "b": TensorSpec(("M", "N"), "float32")},
     outputs={"out": TensorSpec(("M", "N"), "float32")},
     reference="def run(a, b):\n    return a * b\n",
-)  # fmt: skip
+)
 W = [Workload.make(DEF, {"M": 16384})]
 
 
 def _ncu(compute: float, memory: float) -> Profile:
     return Profile((KernelProfile("k", {"sm__throughput.avg.pct_of_peak_sustained_elapsed": compute,
                                         "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": memory,
-                                        "gpu__time_duration.sum": 1000.0}),))  # fmt: skip
+                                        "gpu__time_duration.sum": 1000.0}),))
 
 
 def test_formulas_are_arithmetic_over_axes_only() -> None:
@@ -43,7 +43,7 @@ def test_formulas_are_arithmetic_over_axes_only() -> None:
 
 def test_memory_bound_elementwise_kernel_and_its_floor() -> None:
     a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200,
-                          measured_ms={W[0].uuid: 0.7195}, profile=_ncu(20.0, 90.0))  # fmt: skip
+                          measured_ms={W[0].uuid: 0.7195}, profile=_ncu(20.0, 90.0))
     assert (a.theory, a.measured, a.agree, a.bottleneck) == ("memory", "memory", True, "memory")
     b = a.workloads[0]
     assert b.intensity == pytest.approx(1 / 3)
@@ -55,11 +55,11 @@ def test_memory_bound_elementwise_kernel_and_its_floor() -> None:
 
 def test_disagreement_trusts_the_roofline_but_neither_roof_means_latency() -> None:
     a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200, measured_ms={},
-                          profile=_ncu(70.0, 30.0))  # fmt: skip
+                          profile=_ncu(70.0, 30.0))
     assert (a.theory, a.measured, a.agree, a.bottleneck) == ("memory", "compute", False, "memory")
     assert "trusting the roofline" in a.note
     a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200, measured_ms={},
-                          profile=_ncu(10.0, 25.0))  # fmt: skip
+                          profile=_ncu(10.0, 25.0))
     assert a.bottleneck == "latency"
 
 

@@ -29,7 +29,7 @@ FORGED = "Tolerances: float32 atol=1e+30 rtol=1e+30; bfloat16 atol=7 rtol=7."
 
 def _body(d: Path) -> str:
     return render_body(load_results(d, allowed_files=ALLOWED), pr_number=7, head_sha="0" * 40, run_url=None,
-                       kernelpro_version="0.1.0", programmer="tuner", model=None)  # fmt: skip
+                       kernelpro_version="0.1.0", programmer="tuner", model=None)
 
 
 def _wire(t: TargetResult) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def test_older_results_without_tolerances_say_so_and_do_not_read_the_report(h200
     ([{"dtype": "float32 atol=9", "atol": 0.0, "rtol": 0.0}], ["tolerances[0].dtype", "not a dtype or output name"]),
     ([{"dtype": "float32", "atol": "NaN", "rtol": 0.0}], ["tolerances[0].atol", "expected a number"]),
     ([{"dtype": "float32", "atol": 0.0, "rtol": 0.0}] * 257, ["tolerances", "more than the limit of 256"]),
-])  # fmt: skip
+])
 def test_crafted_tolerances_are_refused_naming_the_field(h200: Path, tolerances: Any, words: list[str]) -> None:
     edit_summary(h200, lambda d: d["targets"][0].__setitem__("tolerances", tolerances))
     msg = refused(h200, "summary.json: targets[0][swiglu].", *words)
@@ -137,7 +137,7 @@ def test_one_list_of_severities_for_runner_and_bot() -> None:
 def test_schema_and_artifact_import_neither_torch_nor_the_runner() -> None:
     code = ("import sys, kernelpro.schema, kernelpro.bot.artifact; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('kernelpro.runner')]; "
-            "assert not bad, bad")  # fmt: skip
+            "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
@@ -157,7 +157,7 @@ def test_a_gpu_result_json_round_trips_with_stage1_and_findings(tmp_path: Path) 
     settings = Settings.from_env({**os.environ, "KERNELPRO_DEVICE": "cuda", "KERNELPRO_PROGRESS": "0"})
     out = tmp_path / "out"
     assert run_optimize(repo, "HEAD~1", "HEAD", out, settings, kernel=None, budget=4, programmer_name="tuner",
-                        search="mcts") == 0  # fmt: skip
+                        search="mcts") == 0
     written = json.loads((out / "swiglu" / "result.json").read_text())
     record = TargetResult.from_json(written)
     assert TargetResult.from_json(json.loads(json.dumps(record.to_json()))) == record

@@ -74,7 +74,7 @@ def test_reading_the_environment_is_refused(demo: tuple[Target, Solution]) -> No
     ((LAUNCH, ""), "no longer launches a @triton.jit kernel"),
     (("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(a, b, block=1024)"), "must keep its signature"),
     (("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(x, y)"), "must keep its signature"),
-])  # fmt: skip
+])
 def test_other_escapes_are_refused(demo: tuple[Target, Solution], change: tuple[str, str], expect: str) -> None:
     src = demo[1].sources[0].content
     assert change[0] in src
@@ -91,7 +91,7 @@ def test_other_escapes_are_refused(demo: tuple[Target, Solution], change: tuple[
     ("    out = a * tl.sigmoid(a) * b\n", "    out = a / (1.0 + tl.exp(-a)) * b\n"),
     ("    n_elements = a.numel()\n", "    n_elements = a.view(-1).shape[0]\n"),
     (LAUNCH, "    launch = _swiglu_kernel[grid]\n    launch(a, b, out, n_elements, BLOCK_SIZE=BLOCK_SIZE, num_warps=8)\n"),
-])  # fmt: skip
+])
 def test_honest_rewrites_pass(demo: tuple[Target, Solution], change: tuple[str, str]) -> None:
     src = demo[1].sources[0].content
     assert change[0] in src
@@ -169,7 +169,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("swiglu", &swiglu); }
     ("  return at::native::silu(a) * b;\n", "at::native::silu"),
     ("  return torch::nn::functional::silu(a) * b;\n", "torch::nn::functional::silu"),
     (None, None),  # a launch-size change only
-])  # fmt: skip
+])
 def test_a_torch_extension_target_keeps_its_kernel(body: str | None, expect: str | None) -> None:
     from kernelpro.runner.trace import BuildSpec
 
@@ -177,7 +177,7 @@ def test_a_torch_extension_target_keeps_its_kernel(body: str | None, expect: str
     base = Solution("b", "d", "x", spec, (SourceFile("ext/swiglu.cu", EXT),))
     src = EXT.replace("256", "512") if body is None else EXT.replace("  auto out = torch::empty_like(a);\n", body)
     why = check(Solution("c", "d", "x", spec, (SourceFile("ext/swiglu.cu", src),)), base,
-                "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n", "cuda")  # fmt: skip
+                "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n", "cuda")
     assert (why is None) if expect is None else (why is not None and expect in why), why
 
 

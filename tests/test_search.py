@@ -23,7 +23,7 @@ class Landscape:
     """Points 0..20 on a line; speedup by point; some points fail to compile."""
 
     def __init__(self, speed: dict[int, float], broken: set[int] = frozenset(),  # type: ignore[assignment]
-                 seeds: tuple[int, ...] = (5, 10, 15)) -> None:  # fmt: skip
+                 seeds: tuple[int, ...] = (5, 10, 15)) -> None:
         self.speed, self.broken, self.seeds = speed, broken, seeds
         self.evaluated: list[int] = []
         self.modes: list[tuple[int, str]] = []
@@ -83,7 +83,7 @@ def test_mcts_crosses_a_valley_that_stops_greedy() -> None:
     # baseline). Greedy climbs the hill, repairs the valley, restarts and never builds on a slower
     # step; MCTS explores them and reaches the optimum.
     speed = {1: 1.5, 2: 1.6, 5: 0.5, 6: 0.55, 7: 0.6, 8: 0.7, 9: 0.8, 10: 0.9, 11: 1.0, 12: 1.1, 13: 1.2,
-             14: 3.0, 15: 4.0, 16: 3.0}  # fmt: skip
+             14: 3.0, 15: 4.0, 16: 3.0}
     greedy_best = _run("greedy", Landscape(speed, broken={3, 4}, seeds=(5,)), budget=30)
     mcts_best = _run("mcts", Landscape(speed, broken={3, 4}, seeds=(5,)), budget=30)
     assert greedy_best == pytest.approx(1.6)
@@ -123,7 +123,7 @@ def test_tuner_puts_the_moves_findings_ask_for_first() -> None:
 
 
 def _scored(x: int, status: str, max_abs: float | None = None, timed_ms: float | None = None,
-            parent: str | None = "p", mode: str = "debug") -> Scored:  # fmt: skip
+            parent: str | None = "p", mode: str = "debug") -> Scored:
     from kernelpro.runner.evaluator import Timing, WorkloadResult
 
     c = _cand(x, parent)
@@ -142,14 +142,14 @@ def test_greedy_repairs_the_failure_closest_to_correct_first() -> None:
 
     base = _cand(0, None)
     root = Scored(base, Outcome(base.key, "PASSED", (WorkloadResult("w0", "PASSED", timing=Timing(2.0, 2.0, 2.0, 0, 9)),)),
-                  1.0)  # fmt: skip
+                  1.0)
     compile_err = _scored(1, "COMPILE_ERROR")
     crash = _scored(2, "RUNTIME_ERROR")
     wrong_big = _scored(3, "INCORRECT_NUMERICAL", max_abs=1.0)
     wrong_small = _scored(4, "INCORRECT_NUMERICAL", max_abs=1e-3)
     wrong_small_fast = _scored(5, "INCORRECT_NUMERICAL", max_abs=1e-3, timed_ms=1.0)  # 2x on the workload it timed
     order = sorted([compile_err, crash, wrong_big, wrong_small, wrong_small_fast],
-                   key=lambda s: repair_priority(s, root), reverse=True)  # fmt: skip
+                   key=lambda s: repair_priority(s, root), reverse=True)
     assert [int(s.candidate.params["x"]) for s in order] == [5, 4, 3, 2, 1]
 
 
@@ -180,14 +180,14 @@ def test_greedy_repairs_in_priority_order_then_restarts_after_consecutive_failur
     # error 1, and its crashed repair 3 before 1 too; 4 fails as well: four failures in a row, so
     # greedy restarts from the baseline's fresh seeds and climbs from the best of them.
     assert calls[:7] == [(0, "optimize"), (0, "optimize"), (2, "debug"), (3, "debug"), (1, "debug"), (0, "init"),
-                         (11, "optimize")]  # fmt: skip
+                         (11, "optimize")]
     assert evaluated == [1, 2, 3, 4, 10, 11]
 
 
 @pytest.mark.parametrize("name", ["greedy", "mcts"])
 def test_a_resumed_search_continues_the_same_tree(name: str) -> None:
     speed = {1: 1.5, 2: 1.6, 5: 0.5, 6: 0.55, 7: 0.6, 8: 0.7, 9: 0.8, 10: 0.9, 11: 1.0, 12: 1.1, 13: 1.2,
-             14: 3.0, 15: 4.0, 16: 3.0}  # fmt: skip
+             14: 3.0, 15: 4.0, 16: 3.0}
     base = _cand(0, None)
     root = Scored(base, Outcome(base.key, "PASSED", ()), 1.0)
 

@@ -15,7 +15,7 @@ def test_the_workflow_variables_are_settings() -> None:
     s = Settings.from_env({"KERNELPRO_BASE_SHA": "a" * 40, "KERNELPRO_HEAD_SHA": "b" * 40, "KERNELPRO_BUDGET": "12",
                            "KERNELPRO_PROGRAMMER": "llm", "KERNELPRO_PR_LABELS": "performance, kernelpro bot\nperformance",
                            "KERNELPRO_PR_REVIEWERS": "bob,\n octo/kernel-team", "NO_COLOR": "1",
-                           "CUDA_VISIBLE_DEVICES": "2,5"})  # fmt: skip
+                           "CUDA_VISIBLE_DEVICES": "2,5"})
     assert (s.base_sha, s.head_sha, s.budget, s.programmer) == ("a" * 40, "b" * 40, 12, "llm")
     assert s.pr_labels == ("performance", "kernelpro bot") and s.pr_reviewers == ("bob", "octo/kernel-team")
     assert s.no_color and s.visible_devices == "2,5"
@@ -29,7 +29,7 @@ def test_unset_workflow_variables_are_the_defaults() -> None:
 
 
 def test_the_optimize_job_takes_its_commits_from_the_settings(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A variable set after the settings were read is not read again behind their back."""
     monkeypatch.setenv("KERNELPRO_BASE_SHA", "a" * 40)
     monkeypatch.setenv("KERNELPRO_HEAD_SHA", "b" * 40)

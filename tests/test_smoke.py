@@ -70,7 +70,7 @@ def test_entry_point_the_file_does_not_define(tmp_path: Path) -> None:
     "from .impl import *\n",                            # cannot be known without running it
     "import torch\nif torch.cuda.is_available():\n    def scale(x):\n        return x\nelse:\n    scale = None\n",
     "def scale(x:\n",                                   # the PR's syntax error: its COMPILE_ERROR, not ours
-])  # fmt: skip
+])
 def test_entry_points_that_may_exist_are_not_faults(tmp_path: Path, source: str) -> None:
     assert static_faults(target(tmp_path, source), tmp_path) == []
 
@@ -144,10 +144,10 @@ def repo_with(tmp_path: Path, cfg: str, kernel: str = KERNEL) -> Path:
     ({"body": "return x.missing_method()"}, "the definition's reference fails on the smallest workload (M=2): "
      "AttributeError: 'Tensor' object has no attribute 'missing_method'"),
     ({"entry": "scale_v2"}, "entry_point ops/k.py::scale_v2: ops/k.py defines no 'scale_v2' (its functions: scale)"),
-])  # fmt: skip
+])
 def test_optimize_exits_2_and_blames_the_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch, kw: dict[str, str],
-                                                      cause: str) -> None:  # fmt: skip
+                                                      cause: str) -> None:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
     repo, out = repo_with(tmp_path, CONFIG.format(**{**GOOD, **kw})), tmp_path / "out"
@@ -172,7 +172,7 @@ def test_optimize_exits_2_and_blames_the_configuration(tmp_path: Path, capsys: p
 
 
 def test_a_reference_failing_on_a_larger_workload_is_the_configuration_too(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
     body = "assert x.shape[0] <= 2, 'the reference only handles two rows'\n            return x * 2"
@@ -191,7 +191,7 @@ def test_a_reference_failing_on_a_larger_workload_is_the_configuration_too(
 
 
 def test_an_empty_report_is_not_announced(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     cuda = textwrap.dedent("""\
         version: 1
@@ -218,7 +218,7 @@ def test_an_empty_report_is_not_announced(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_no_gate_ran_is_not_called_a_failed_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
     monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
     repo, out = repo_with(tmp_path, config(tmp_path)), tmp_path / "out"

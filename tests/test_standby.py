@@ -30,7 +30,7 @@ WORKLOAD = Workload.make(DEFINITION, {"M": 64})
 
 def _solution(source: str, files: tuple[SourceFile, ...] = ()) -> Solution:
     return Solution("t", DEFINITION.name, "t", BuildSpec("triton", ("cuda",), "k.py::swiglu", destination_passing_style=False),
-                    (SourceFile("k.py", source), *files))  # fmt: skip
+                    (SourceFile("k.py", source), *files))
 
 
 FAST = _solution("import json\ndef swiglu(a, b):\n    return a * b\n")
@@ -146,7 +146,7 @@ def check():
 
 
 def test_filling_the_standbys_cache_leaves_what_it_loaded_alone(tmp_path: Path, fake_ncu: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """On the H200 the standby of fla softmax died with exit code 11 in 3 runs of 3, Liger's never:
     fla's import loads a library from the Triton cache, and the profiler then copied the evaluation's
     cache over the standby's, rewriting that library in place. The evaluation's cache is merged in
@@ -170,7 +170,7 @@ def test_filling_the_standbys_cache_leaves_what_it_loaded_alone(tmp_path: Path, 
         while not (sb.cache / "stub" / "cuda_utils.so").exists() and time.monotonic() < deadline:
             time.sleep(0.1)  # the standby's import has loaded the library
         profile = _profile(DEFINITION, solution, [WORKLOAD], EvalSettings(device="cpu"),
-                           ProfileSettings(sass=False, timeline=False), None, evaluated, sb)  # fmt: skip
+                           ProfileSettings(sass=False, timeline=False), None, evaluated, sb)
         assert (sb.cache / "stub" / "cuda_utils.so").read_bytes() == b"A" * 4096
         assert (sb.cache / "kern" / "_swiglu_kernel.cubin").read_bytes() == b"cubin"
         assert not (sb.cache / "kern" / "link.cubin").exists()  # a link of the candidate's is not followed
@@ -255,7 +255,7 @@ def test_no_standby_without_ncu_or_when_turned_off(tmp_path: Path, monkeypatch: 
 
 
 def test_the_loop_starts_its_standby_after_the_reference_and_closes_it_however_it_ends(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The standby's preloads may be the pull request's own package: it starts only once the
     search's reference outputs are in memory (their files gone), yet before the baseline's
     evaluation, so the baseline's profile finds it ready; a run that breaks after that still closes
@@ -289,7 +289,7 @@ def test_the_loop_starts_its_standby_after_the_reference_and_closes_it_however_i
         raise RuntimeError("the tool registry broke")
 
     for name, fake in (("start_standby", start), ("evaluate", evaluate), ("reference_ready", reference_ready),
-                       ("registry", registry)):  # fmt: skip
+                       ("registry", registry)):
         monkeypatch.setattr(loop, name, fake)
     (tmp_path / "head" / "kernels").mkdir(parents=True)
     (tmp_path / "head" / "kernels" / "swiglu.py").write_text((ROOT / "examples" / "demo" / "commit2" / "kernels" / "swiglu.py").read_text())

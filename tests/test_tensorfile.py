@@ -71,7 +71,7 @@ def _file(items: list, data: bytes = b"", header: bytes | None = None) -> bytear
     (_file([{"tensor": "float32", "shape": [2], "offset": 0, "nbytes": 4}], bytes(64)), "4 bytes at 0 for 2 elements"),
     (_file([{"tensor": "float32", "shape": [1 << 40], "offset": 0, "nbytes": 1 << 42}], bytes(64)), "bytes at 0"),
     (_file([{"tensor": "float32", "shape": [32], "offset": 64, "nbytes": 128}], bytes(128)), "in a file of"),
-])  # fmt: skip
+])
 def test_a_file_it_did_not_write_is_refused_by_what_is_wrong(data: bytearray, says: str) -> None:
     with pytest.raises(TensorFileError, match=says):
         tensorfile.read(data, "w0_t0_r0")

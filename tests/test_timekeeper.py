@@ -46,7 +46,7 @@ class Child:
                 checked.append(i)
         per = claimed_ms / reps
         self.send({"end": {"median_ms": per, "p10_ms": per, "p90_ms": per, "std_ms": 0.0, "n": reps,
-                           "sum_ms": claimed_ms, "mode": "cpu"}})  # fmt: skip
+                           "sum_ms": claimed_ms, "mode": "cpu"}})
         return seeds, checked
 
     def close(self) -> None:
@@ -155,7 +155,7 @@ def test_a_phase_starts_only_once_the_judge_is_quiet_and_holds_it_until_its_end(
         child.send({"c": [i, [i]]})
         child.recv()
     child.send({"end": {"median_ms": 0.01, "p10_ms": 0.01, "p90_ms": 0.01, "std_ms": 0.0, "n": 12,
-                        "sum_ms": 0.12, "mode": "cpu"}})  # fmt: skip
+                        "sum_ms": 0.12, "mode": "cpu"}})
     end = time.monotonic() + 5
     while k.phase("cal", 0) is None and time.monotonic() < end:
         time.sleep(0.01)

@@ -44,7 +44,7 @@ class Recorder(Landscape):
 
 
 def test_a_targets_timeout_reaches_the_search_gate_memcheck_base_comparison_and_profiling(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder()
     monkeypatch.setattr(loop, "evaluate", rec)
     monkeypatch.setattr(gate_mod, "evaluate", rec)  # the gate and the base comparison
@@ -102,7 +102,7 @@ def test_a_targets_timeout_reaches_the_energy_arms(monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize("command", ["optimize", "demo"])
 @pytest.mark.parametrize("budget", ["0", "-3"])
 def test_a_budget_below_one_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                             command: str, budget: str) -> None:  # fmt: skip
+                                             command: str, budget: str) -> None:
     args = ["--repo", str(tmp_path), "--base", "HEAD~1", "--head", "HEAD"] if command == "optimize" else []
     rc = main([command, *args, "--out", str(tmp_path / "out"), "--budget", budget])
     err = capsys.readouterr().err

@@ -62,7 +62,7 @@ FIRES: dict[str, set[str]] = {
         # an FFMA chain (not a matmul) at 82 % SM: the paper's tensor-core rule cannot tell
         "tensor_core_underutilization",
         "tensor_core_generation",
-    },  # fmt: skip
+    },
     "spills": {"register_spills", "memory_coalescing", "occupancy", "warp_stall"},
     "smem_occupancy": {"occupancy", "vectorization", "warp_stall"},
     "gemm_ffma": {"tensor_core_underutilization", "vectorization", "warp_stall"},
@@ -323,7 +323,7 @@ def test_shared_bank_conflicts() -> None:
     assert _run("shared_bank_conflicts", _real("clean")) is None
     # SYNTHETIC: the 50-metric set has no wavefronts; shared instructions are the fallback denominator.
     mild = _with(_real("poor", metrics50=True),
-                 **{ncu_tools.BANK_LD: 2e5, ncu_tools.SHARED_INST_LD: 1e6, ncu_tools.SHARED_INST_ST: 0.0})  # fmt: skip
+                 **{ncu_tools.BANK_LD: 2e5, ncu_tools.SHARED_INST_LD: 1e6, ncu_tools.SHARED_INST_ST: 0.0})
     assert _check(_run("shared_bank_conflicts", mild), "shared_bank_conflicts").severity == "medium"
 
 
@@ -525,7 +525,7 @@ def test_energy_redundant_barriers() -> None:
     assert f.evidence["reason"] == "single-warp blocks" and f.evidence["barrier_stall_pct"] < 1
     # SYNTHETIC SASS: barriers but no shared-memory instruction, on the real clean counters (no barrier stall).
     f = _check(_run("energy_redundant_barriers", replace(_real("clean"), sass=_fake_sass(BAR=3, LDG=4, total=200))),
-               "energy_redundant_barriers")  # fmt: skip
+               "energy_redundant_barriers")
     assert f.severity == "low" and f.evidence["reason"] == "no shared-memory traffic to order"
     # Without ncu the barrier stall is unknown: no claim.
     assert _run("energy_redundant_barriers", Profile(sass=_fake_sass(BAR=3, total=200))) is None
@@ -538,9 +538,9 @@ PAPER_TOOLS = {
             "high_register_usage", "shared_bank_conflicts", "tensor_core_underutilization"},
     "sass": {"tensor_core_generation", "register_spills"},
     "timeline": {"launch_overhead", "kernel_count_fusion", "synchronization", "gaps", "host_device_copies"},
-}  # fmt: skip
+}
 ENERGY_TOOLS = {"energy_bank_conflicts", "energy_register_spills", "energy_uncoalesced_access",
-                "energy_redundant_barriers"}  # fmt: skip
+                "energy_redundant_barriers"}
 
 
 def test_every_tool_fires_on_some_real_case() -> None:

@@ -52,13 +52,13 @@ FORMULAS: dict[str, tuple[float, float]] = {
     "clean": (N, 2 * 4 * N), "scalar_loads": (N, 2 * 4 * N), "uncoalesced": (N, 2 * 4 * N),
     "bank_padded": (0, 2 * 4 * 4096**2), "bank_conflicts": (0, 2 * 4 * 4096**2),
     "pointer_chase": (0, 528 * 128 * (256 * 4 + 4)),  # 256 dependent int loads and one store per thread
-}  # fmt: skip
+}
 FORMULA_FIRES: dict[str, set[str]] = {
     # the tools that need the formulas, exactly those that fire on each real firing case with its own formulas
     "clean": set(), "scalar_loads": set(), "bank_padded": set(), "bank_conflicts": set(),
     "uncoalesced": {"excess_traffic", "instruction_overhead"},  # 8.4x the bytes; i % rows, i / rows per element
     "pointer_chase": {"excess_traffic"},  # a 32-byte sector for every 4-byte load: 9.6x
-}  # fmt: skip
+}
 SYNTHETIC_ONLY = {"too_few_programs", "serial_dependency"}
 """Tools no recorded H200 case fires: shown on synthetic grids here, real fixtures to record (report)."""
 
@@ -96,7 +96,7 @@ def _stage1(case: str, extra_ms: float | None = None) -> ReferenceAnalysis:
         ws.append(Workload.make(d, {"M": 1}, "M1"))
         measured["M1"] = extra_ms
     return analyze_reference(d, ws, flops=FLOPS, nbytes=BYTES, ceilings=default_ceilings("NVIDIA H200", ["float32"]),
-                             measured_ms=measured, profile=Profile(kernels=(k,)))  # fmt: skip
+                             measured_ms=measured, profile=Profile(kernels=(k,)))
 
 
 def _demo(case: str, **parts: object) -> Profile:
@@ -139,7 +139,7 @@ def test_every_promise_is_bounded_by_stage1_with_its_arithmetic() -> None:
     assert cap is not None and 3.0 < cap < 4.5  # 0.179 ms measured / 0.0474 ms floor
     # Real poor counters + its SASS + the real 1000-launch timeline (launch_overhead alone promises 14.6x).
     p = Profile(kernels=(_kernel("poor"),), sass=parse_sass((H200 / "sass_poor.txt").read_text()),
-                timeline=_timeline("launch_overhead"))  # fmt: skip
+                timeline=_timeline("launch_overhead"))
     a = run_tools(p, s1.bottleneck, stage1=s1)
     tools = {f.tool for f in a.findings}
     assert {"launch_overhead", "bound_mismatch", "instruction_overhead"} <= tools
@@ -153,7 +153,7 @@ def test_every_promise_is_bounded_by_stage1_with_its_arithmetic() -> None:
     assert lo.evidence["est_speedup_tool"] > 10 and lo.evidence["est_speedup"] == round(cap, 2)
     # The issue's case: 1.33x promised where Stage 1 allows 1.11x.
     f = bound_finding(Finding("launch_overhead", "high", "t", {"est_speedup": 1.33}, "c", ("r",), "up to 1.33x"),
-                      1.11, "0.758 ms measured / 0.683 ms roofline floor = 1.11x on M=1")  # fmt: skip
+                      1.11, "0.758 ms measured / 0.683 ms roofline floor = 1.11x on M=1")
     assert f.evidence["est_speedup"] == 1.11 and f.expected_gain.startswith("up to 1.11x (min(1.33x")
     assert bound_finding(f, 1.11) == f  # idempotent
 
@@ -262,7 +262,7 @@ def test_sass_counts_the_loops() -> None:
     # Real cuobjdump listings: the copies are straight-line code, the chase and the Triton matmul loop;
     # the BRA-to-itself after EXIT that every kernel ends with is not a loop.
     loops = {c: parse_sass((H200 / f"sass_{c}.txt").read_text()).backward_branches
-             for c in ("clean", "scalar_loads", "tuned", "pointer_chase", "triton_wgmma", "spills")}  # fmt: skip
+             for c in ("clean", "scalar_loads", "tuned", "pointer_chase", "triton_wgmma", "spills")}
     assert loops == {"clean": 0, "scalar_loads": 0, "tuned": 0, "pointer_chase": 3, "triton_wgmma": 1, "spills": 1}
 
 
@@ -274,7 +274,7 @@ def test_serial_dependency() -> None:
     f = _run("serial_dependency", _chase(**{MEM_SOL: 20.0}))
     assert f is not None and f.severity == "high"  # busiest unit 20 %: under 25 %
     assert f.title == ("serial dependency chain: each warp runs 635 instructions, one every 678 cycles, "
-                       "with 3.96 warps per scheduler to hide the waits")  # fmt: skip
+                       "with 3.96 warps per scheduler to hide the waits")
     ev = f.evidence
     assert ev["dependency_stall_pct"] == pytest.approx(99.8, abs=0.1) and ev["top_stall"] == "long_scoreboard"
     assert ev["sass_backward_branches"] == 3 and ev["eligible_warps_per_cycle"] < 0.5
@@ -353,7 +353,7 @@ def test_excess_traffic() -> None:
 def _summary(**kw: object) -> dict[str, object]:
     """SYNTHETIC: the fields of summary() that the first sentence reads."""
     base: dict[str, object] = {"baseline": {"status": "PASSED"}, "gates": [], "evaluations": 5,
-                               "stop_reason": "budget spent", "programmer": {"name": "tuner"}}  # fmt: skip
+                               "stop_reason": "budget spent", "programmer": {"name": "tuner"}}
     return {**base, **kw}
 
 
@@ -367,7 +367,7 @@ def test_first_sentence_tells_gate_refused_from_no_gate_and_nothing_tried() -> N
     why = outcome(_summary(evaluations=1, stop_reason="the programmer had nothing new to propose (the grid is a module constant)"))
     assert "found no tunable parameter in this kernel, so nothing was tried and no final gate ran: the grid is a module constant." in why
     llm = outcome(_summary(evaluations=1, stop_reason="the programmer had nothing new to propose",
-                           programmer={"name": "llm"}))  # fmt: skip
+                           programmer={"name": "llm"}))
     assert llm.startswith("The programmer (llm) proposed no candidate")
 
 
@@ -418,7 +418,7 @@ def test_report_shows_the_failing_baselines_log_tail(tmp_path: Path, monkeypatch
 
 HOST_BOUND = H200 / "timeline_host_bound.json"
 RECORD = ("RECORDED FIXTURE MISSING: record on the H200 with KP_FIRING_CASES=serial_loop,serial_loop_tiled,few_programs "
-          "bash .ci/gpu --firing --no-tests and copy ncu_/sass_/ptxas_<case> of those cases into tests/fixtures/h200")  # fmt: skip
+          "bash .ci/gpu --firing --no-tests and copy ncu_/sass_/ptxas_<case> of those cases into tests/fixtures/h200")
 
 
 def _recorded(case: str) -> Profile:
@@ -455,7 +455,7 @@ def test_recorded_serial_loop_fires_serial_dependency_and_its_tiled_control_does
     nbytes = 4.0 * rows * row_len + 4 * rows
     floor_ms = nbytes / (default_ceilings("NVIDIA H200", ["float32"]).bandwidth_gbs * 1e9) * 1e3
     work = Work("rows", float(rows * row_len), nbytes, "memory", floor_ms, ms, ms / floor_ms,
-                f"{ms:.4g} ms measured / {floor_ms:.4g} ms floor = {ms / floor_ms:.2f}x")  # fmt: skip
+                f"{ms:.4g} ms measured / {floor_ms:.4g} ms floor = {ms / floor_ms:.2f}x")
     # The bound is physics: the control does not beat it (the floor uses the 4.25 TB/s the H200 reaches; even
     # its 4.8 TB/s peak would be 0.885 of the floor).
     assert tiled_ms >= 0.85 * floor_ms

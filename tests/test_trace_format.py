@@ -63,7 +63,7 @@ def fib() -> types.SimpleNamespace:
                 stub = types.ModuleType(name)
                 stub.__path__ = [path]
                 sys.modules[name] = stub
-        mods = {m: importlib.import_module(f"{PKG}.data.{m}") for m in ("definition", "workload", "solution", "trace")}  # fmt: skip
+        mods = {m: importlib.import_module(f"{PKG}.data.{m}") for m in ("definition", "workload", "solution", "trace")}
     except ImportError as e:
         pytest.skip(f"{REASON} ({e})")
     finally:
@@ -217,7 +217,7 @@ def test_solution_validates(fib: types.SimpleNamespace) -> None:
         ),
     ],
     ids=["passed", "incorrect_numerical", "compile_error"],
-)  # fmt: skip
+)
 def test_trace_validates(fib: types.SimpleNamespace, evaluation: Evaluation, status: str) -> None:
     ours = as_json(trace(evaluation))
     theirs = fib.Trace.model_validate(ours)
@@ -237,7 +237,7 @@ def test_trace_validates(fib: types.SimpleNamespace, evaluation: Evaluation, sta
 
 def test_non_finite_errors_and_workload_trace(fib: types.SimpleNamespace) -> None:
     ev = Evaluation("INCORRECT_NUMERICAL", ENV, "2025-06-01T12:03:00Z",
-                    correctness=Correctness(float("nan"), float("inf")))  # fmt: skip
+                    correctness=Correctness(float("nan"), float("inf")))
     theirs = fib.Trace.model_validate(as_json(trace(ev)))
     assert math.isnan(theirs.evaluation.correctness.max_relative_error)
     assert math.isinf(theirs.evaluation.correctness.max_absolute_error)
@@ -265,7 +265,7 @@ def test_their_json_reads_back(fib: types.SimpleNamespace) -> None:
                 "alpha": fib.TensorSpec(shape=None, dtype="float32")},
         outputs={"C": fib.TensorSpec(shape=["M", "N"], dtype="float16")},
         reference="def run(A, B, alpha):\n    return alpha * (A @ B.T)\n",
-    )  # fmt: skip
+    )
     dj = json.loads(json.dumps(d.model_dump(mode="json")))
     ours_d = Definition.from_json(dj)
     assert ours_d.axes["N"] == Axis("const", 4096) and ours_d.axes["M"] == Axis("var")
@@ -275,7 +275,7 @@ def test_their_json_reads_back(fib: types.SimpleNamespace) -> None:
     w = fib.Workload(axes={"M": 33},
                      inputs={"A": fib.RandomInput(), "B": fib.RandomInput(),
                              "alpha": fib.ScalarInput(value=0.5)},
-                     uuid="w-1")  # fmt: skip
+                     uuid="w-1")
     wj = json.loads(json.dumps(w.model_dump(mode="json")))
     ours_w = Workload.from_json(wj)
     assert ours_w.inputs["alpha"] == InputSpec("scalar", 0.5) and ours_w.axes == {"M": 33}
@@ -287,7 +287,7 @@ def test_their_json_reads_back(fib: types.SimpleNamespace) -> None:
                            destination_passing_style=True, binding="torch"),
         sources=[fib.SourceFile(path="gemm.cu", content="__global__ void k() {}\n"),
                  fib.SourceFile(path="include/tile.h", content="#pragma once\n")],
-    )  # fmt: skip
+    )
     sj = json.loads(json.dumps(s.model_dump(mode="json")))
     ours_s = Solution.from_json(sj)
     assert ours_s.spec.binding == "torch" and ours_s.spec.destination_passing_style is True

@@ -43,7 +43,7 @@ def test_evaluate_with_a_baseline_prints_baseline_candidate_and_speedup(demo: Pa
          "--solution", str(t / "solution.json"), "--baseline", str(t / "baseline.json"),
          "--workloads", str(t / "workloads.jsonl"), "--out", str(tmp_path / "check.jsonl"), "--trials", "1"],
         env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "baseline ms" in out.stdout and "candidate ms" in out.stdout and "speedup" in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if line.strip().endswith("x")]

@@ -65,11 +65,11 @@ def _servers_of_this_test() -> Iterator[None]:
 
 
 def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, kernel: str = KERNEL,
-           extra: dict[str, str] | None = None) -> tuple[Target, Path, Path]:  # fmt: skip
+           extra: dict[str, str] | None = None) -> tuple[Target, Path, Path]:
     site, repo = tmp / "site", tmp / "repo"
     log = tmp / "imports.log"
     files = {site / "helperpkg" / "__init__.py": HELPER.format(log=str(log), factor=2), repo / "kern.py": kernel,
-             **{repo / k: v for k, v in (extra or {}).items()}}  # fmt: skip
+             **{repo / k: v for k, v in (extra or {}).items()}}
     for p, text in files.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
@@ -77,13 +77,13 @@ def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, kernel: str = KERNEL,
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch.syspath_prepend(str(site))  # as a runner that has it installed: children may read it
     text = (f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(['kern.py'])}\n    language: python\n"
-            f"    entry_point: kern.py::run\n{DEFINITION}")  # fmt: skip
+            f"    entry_point: kern.py::run\n{DEFINITION}")
     return parse_config(text, ".kernelpro.yml", repo).targets[0], repo, log
 
 
 def _evaluate(t: Target, repo: Path, sol: Solution, tmp: Path) -> Outcome:
     es = EvalSettings(device="cpu", trials=1, reps_cpu=1, rotate=1, timeout_s=90, cache_dir=tmp / "cache",
-                      context=t.context(repo))  # fmt: skip
+                      context=t.context(repo))
     return evaluate(t.definition, sol, t.workloads, t.tolerance, es)
 
 
@@ -117,7 +117,7 @@ def test_a_candidate_that_defines_a_preloaded_package_runs_its_own(tmp_path: Pat
     # The candidate brings its own helperpkg, whose factor is wrong: it must run (and be refused),
     # not the installed copy the warm server holds (which would pass).
     own = Solution(sol.name + "-c", sol.definition, "test", sol.spec,
-                   (*sol.sources, SourceFile("helperpkg/__init__.py", "FACTOR = 3\n")))  # fmt: skip
+                   (*sol.sources, SourceFile("helperpkg/__init__.py", "FACTOR = 3\n")))
     o = _evaluate(t, repo, own, tmp_path)
     assert not o.passed and o.status == "INCORRECT_NUMERICAL", (o.status, o.log[-500:])
     spawn = o.environment["sandbox"]["spawn"]
@@ -125,13 +125,13 @@ def test_a_candidate_that_defines_a_preloaded_package_runs_its_own(tmp_path: Pat
 
 
 def test_an_edit_to_a_tree_module_the_installed_copy_also_has_is_what_runs(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # The target's own package (helperpkg/ops.py in the repository) is installed too; the server
     # must not preload it, and the candidate's edit of it is what its child runs.
     kernel = "import helperpkg.ops\nimport json\n\ndef run(x):\n    return x * helperpkg.ops.factor()\n"
     t, repo, log = _setup(tmp_path, monkeypatch, kernel, {"helperpkg/__init__.py": "", "helperpkg/ops.py": "def factor():\n    return 2\n"})
     t = parse_config((f"version: 1\ntargets:\n  - name: k\n    files: {json.dumps(['kern.py', 'helperpkg/ops.py'])}\n"
-                      f"    language: python\n    entry_point: kern.py::run\n{DEFINITION}"), ".kernelpro.yml", repo).targets[0]  # fmt: skip
+                      f"    language: python\n    entry_point: kern.py::run\n{DEFINITION}"), ".kernelpro.yml", repo).targets[0]
     sol = t.solution(repo)
     plan = preload.start(t.name, sol, t.context(repo), "cpu")
     assert "helperpkg" in plan.tree and not any(m.partition(".")[0] == "helperpkg" for m in plan.modules), plan
@@ -139,7 +139,7 @@ def test_an_edit_to_a_tree_module_the_installed_copy_also_has_is_what_runs(tmp_p
     assert forkserver._WARM[-1].server.wait_ready(120) is not None
     edited = Solution(sol.name + "-c", sol.definition, "test", sol.spec,
                       tuple(SourceFile(f.path, "def factor():\n    return 3\n" if f.path == "helperpkg/ops.py" else f.content)
-                            for f in sol.sources))  # fmt: skip
+                            for f in sol.sources))
     o = _evaluate(t, repo, edited, tmp_path)
     assert o.status == "INCORRECT_NUMERICAL", (o.status, o.log[-500:])
     assert o.environment["sandbox"]["spawn"] == "forked from the warm server of target k (preloaded: json)"
@@ -148,7 +148,7 @@ def test_an_edit_to_a_tree_module_the_installed_copy_also_has_is_what_runs(tmp_p
 
 
 def test_a_preload_that_loads_the_cuda_driver_forks_gpu_children_only_after_a_probe_used_the_gpu(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A preload that mapped the CUDA driver (Triton 3.6's import does, on the H200: session 11) is not
     refused on sight: mapped is not initialised. One probe child forked after it runs a kernel, and only
     its failure sends GPU children elsewhere. Here (no GPU) the probe fails, as a fork after an
@@ -204,7 +204,7 @@ def test_a_cooled_warm_server_is_gone_and_children_fork_from_the_plain_one(tmp_p
 
 @pytest.mark.parametrize("switch", ["0", "1"])
 def test_the_benchmarks_before_row_starts_no_warm_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         switch: str) -> None:  # fmt: skip
+                                                         switch: str) -> None:
     """KERNELPRO_WARM_SERVER=0, read once into Settings and carried by EvalSettings: a search through
     `kernelpro optimize` never starts the target's warm server (with it set to 1, it does)."""
     from test_optimize import _kernel_repo
@@ -222,7 +222,7 @@ def test_the_benchmarks_before_row_starts_no_warm_server(tmp_path: Path, monkeyp
     monkeypatch.setenv("KERNELPRO_WARM_SERVER", switch)
     root = _kernel_repo(tmp_path, "import torch\n\ndef add(a, b):\n    return a + b\n")
     assert main(["optimize", "--repo", str(root), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "o"),
-                 "--budget", "1"]) == 0  # fmt: skip
+                 "--budget", "1"]) == 0
     assert started == ([] if switch == "0" else ["add"])
     assert not forkserver.warm_running()  # and none outlives the run
 
@@ -275,6 +275,6 @@ def test_on_the_gpu_a_triton_target_forks_from_its_warm_server(tmp_path: Path, m
         ready = forkserver._WARM[-1].server.wait_ready(300)
         assert ready is not None and not ready["failed"], ready
         o = evaluate(t2.definition, sol2, t2.workloads, t2.tolerance, replace(es, cache_dir=tmp_path / "c2",
-                                                                              context=t2.context(repo2)))  # fmt: skip
+                                                                              context=t2.context(repo2)))
         assert o.passed, o.log
         print("liger_kernel:", o.environment["sandbox"]["spawn"], "build s:", o.build_seconds, "preload:", ready)

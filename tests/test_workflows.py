@@ -135,7 +135,7 @@ def test_plan_is_trusted() -> None:
     job = _example()["jobs"]["plan"]
     assert job["runs-on"] == "ubuntu-latest"
     assert job["permissions"] == {"contents": "read", "pull-requests": "write", "statuses": "write",
-                                  "actions": "write"}  # fmt: skip
+                                  "actions": "write"}
     for step in job["steps"]:
         if step.get("uses", "").startswith("actions/checkout@"):
             # The default branch, never the pull request's head or merge commit.
@@ -187,7 +187,7 @@ def test_progress_is_trusted_and_cannot_push() -> None:
     assert "secrets." not in yaml.safe_dump(job)
     step = _kernelpro(job, "progress")
     assert step["with"] == {"mode": "progress", "targets": "${{ needs.plan.outputs.targets }}",
-                            "files": "${{ needs.plan.outputs.files }}"}  # fmt: skip
+                            "files": "${{ needs.plan.outputs.files }}"}
     assert "env" not in step
     # It must not hold publish back: publish needs optimize and plan only.
     assert "progress" not in _example()["jobs"]["publish"]["needs"]

@@ -270,7 +270,7 @@ def ncu_command(
 _IDENTITY_COLUMNS = frozenset(
     {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
      "Block Size", "Grid Size", "Device", "CC"}
-)  # fmt: skip
+)
 _NONE_VALUES = frozenset({"", "n/a", "N/A", "no data", "-"})
 _DIM = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 
@@ -408,7 +408,7 @@ def raw_csv_wrapper(ncu: str, log_file: str) -> list[str]:
     default ("all") each one paid ncu's start-up."""
     return [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes",
             "application-only", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
-            "--log-file", log_file]  # fmt: skip
+            "--log-file", log_file]
 
 
 def find_ncu() -> str | None:
@@ -470,7 +470,7 @@ def collect(
     cmd = ncu_command(
         argv, kernel_regex=kernel_regex, metrics=metrics, full=full,
         launch_count=launch_count, arch=arch, ncu=ncu,
-    )  # fmt: skip
+    )
     try:
         # A session of its own, so a timeout can end ncu *and* the application it launched.
         proc = subprocess.Popen(

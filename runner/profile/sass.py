@@ -45,7 +45,7 @@ FAMILIES: tuple[str, ...] = (
     "LDG", "STG", "LDS", "STS", "LDSM", "BAR",
     # Special functions and fp32 arithmetic.
     "MUFU", "FFMA", "FADD", "FMUL",
-)  # fmt: skip
+)
 
 
 class SassError(RuntimeError):
@@ -135,7 +135,7 @@ _TARGET = re.compile(r"\bBRA(?:\.\S+)?\s+(?:`?\(?)0x([0-9a-fA-F]+)")
 # Width modifiers of a load: LDG.E.128, LDG.E.64.CONSTANT, LDG.E.U8, LDG.E.S16 ...
 # (LTC128B is an L2 prefetch hint, not a width; it does not match these exact tokens).
 _WIDTHS = {"8": 8, "U8": 8, "S8": 8, "16": 16, "U16": 16, "S16": 16,
-           "32": 32, "64": 64, "128": 128}  # fmt: skip
+           "32": 32, "64": 64, "128": 128}
 
 
 def _mnemonic(body: str) -> str | None:

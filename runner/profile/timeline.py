@@ -46,9 +46,9 @@ KEEP_CATS = GPU_CATS | API_CATS
 SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-})  # fmt: skip
+})
 _KEEP_ARGS = ("correlation", "bytes", "grid", "block", "stream", "device", "kind",
-              "registers per thread", "shared memory", "External id")  # fmt: skip
+              "registers per thread", "shared memory", "External id")
 # cudaMemcpyKind values, for runtime events that carry a 'kind' argument
 _MEMCPY_KIND = {1: "HtoD", 2: "DtoH", "1": "HtoD", "2": "DtoH"}
 
@@ -153,11 +153,11 @@ def _events_from_profiler(prof: Any, *, cpu_ops: bool) -> list[dict[str, Any]]:
         else:
             continue
         out.append({"name": name, "cat": cat, "ts_us": float(tr.start),
-                    "dur_us": float(tr.end - tr.start)})  # fmt: skip
+                    "dur_us": float(tr.end - tr.start)})
         for k in getattr(e, "kernels", ()) or ():
             ktr = getattr(k, "time_range", None) or tr
             out.append({"name": str(getattr(k, "name", "")), "cat": "kernel",
-                        "ts_us": float(ktr.start), "dur_us": float(getattr(k, "duration", 0.0))})  # fmt: skip
+                        "ts_us": float(ktr.start), "dur_us": float(getattr(k, "duration", 0.0))})
     out.sort(key=lambda ev: ev["ts_us"])
     return out
 
@@ -204,7 +204,7 @@ def _calls(events: list[Mapping[str, Any]]) -> list[_Call]:
     markers = sorted(
         (e for e in events if e.get("name") == CALL_MARKER and not str(e.get("cat", "")).startswith("gpu")),
         key=lambda e: float(e["ts_us"]),
-    )  # fmt: skip
+    )
     if markers:
         out = []
         for i, m in enumerate(markers):

@@ -83,9 +83,9 @@ REGISTRY: dict[str, Plugin] = {
     p.name: p
     for p in (
         Plugin("tuner", "kernelpro.runner.programmers.tuner:make", None,
-               "deterministic launch-parameter transformations; no network"),  # fmt: skip
+               "deterministic launch-parameter transformations; no network"),
         Plugin("llm", "kernelpro.runner.programmers.llm:make", None,
-               "any OpenAI-compatible endpoint (KERNELPRO_LLM_BASE_URL, KERNELPRO_LLM_MODEL, key)"),  # fmt: skip
+               "any OpenAI-compatible endpoint (KERNELPRO_LLM_BASE_URL, KERNELPRO_LLM_MODEL, key)"),
     )
 }
 

@@ -36,7 +36,7 @@ class Arch:
 
 
 _PYTORCH_TC = ("From PyTorch, tensor cores are reached through matmul-like operations in fp16/bf16 (tf32 for fp32 "
-               "when allowed); the elementwise work around them is where a hand-written kernel saves memory traffic.",)  # fmt: skip
+               "when allowed); the elementwise work around them is where a hand-written kernel saves memory traffic.",)
 
 ARCHS: tuple[Arch, ...] = (
     Arch("Blackwell (GB100)", "sm_100a", r"\b(G?B200|B100|GB300|B300)\b",
@@ -94,7 +94,7 @@ ARCHS: tuple[Arch, ...] = (
          ("In Triton, tl.dot lowers to mma.sync m16n8k8 for fp16 inputs.",),
          ("In CUDA, use WMMA 16x16x16 fp16 fragments or mma.sync m16n8k8.",),
          _PYTORCH_TC),
-)  # fmt: skip
+)
 
 
 def arch_of(gpu_name: str) -> Arch | None:

@@ -42,12 +42,12 @@ MAX_FILE_BYTES = 2_000_000
 # Per-block shared memory an architecture allows with the opt-in attribute (the static limit is 48 KB).
 SMEM_LIMIT = {"sm_75": 65_536, "sm_80": 166_912, "sm_86": 101_376, "sm_89": 101_376,
               "sm_90": 232_448, "sm_90a": 232_448, "sm_100": 232_448, "sm_100a": 232_448,
-              "sm_120": 101_376}  # fmt: skip
+              "sm_120": 101_376}
 STATIC_SMEM = 49_152
 CTYPES = {"half": "__half", "float16": "__half", "bfloat16": "__nv_bfloat16", "float": "float", "float32": "float",
           "double": "double", "int8": "signed char", "uint8": "unsigned char", "int16": "short", "int32": "int",
           "uint32": "unsigned int", "int64": "long long", "float8_e4m3": "__nv_fp8_e4m3",
-          "float8_e5m2": "__nv_fp8_e5m2", "uint64": "unsigned long long"}  # fmt: skip
+          "float8_e5m2": "__nv_fp8_e5m2", "uint64": "unsigned long long"}
 ALIGNS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MAX_BUFFERS = 16
 MAX_RANK = 4
@@ -88,7 +88,7 @@ class Budget:
 def _fn(name: str, description: str, properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": {
         "type": "object", "properties": dict(properties), "required": list(required),
-        "additionalProperties": False}}}  # fmt: skip
+        "additionalProperties": False}}}
 
 
 _PATH = {"type": "string", "description": "path relative to the checkout root, '/'-separated; '.' is the root"}
@@ -99,11 +99,11 @@ class CodeSearch:
 
     def __init__(self, root: Path, *, nvcc: str | None = None, budget: Budget = Budget(),
                  run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
-                 probe_timeout_s: float = 60.0) -> None:  # fmt: skip
+                 probe_timeout_s: float = 60.0) -> None:
         root = Path(root)
         if not root.is_dir():
             raise CodeSearchError(f"the CUTLASS checkout {root} is not a directory; set KERNELPRO_CUTLASS_DIR to a "
-                                  "clone of https://github.com/NVIDIA/cutlass (or unset it)")  # fmt: skip
+                                  "clone of https://github.com/NVIDIA/cutlass (or unset it)")
         self.root = root.resolve()
         self.nvcc = nvcc
         self.budget = budget
@@ -174,7 +174,7 @@ class CodeSearch:
             if dtype not in CTYPES:
                 raise CodeSearchError(f"buffers[{i}].dtype must be one of {', '.join(CTYPES)}")
             if (not isinstance(shape, list) or not 1 <= len(shape) <= MAX_RANK
-                    or not all(type(d) is int and 1 <= d <= MAX_DIM for d in shape)):  # fmt: skip
+                    or not all(type(d) is int and 1 <= d <= MAX_DIM for d in shape)):
                 raise CodeSearchError(f"buffers[{i}].shape must be 1 to {MAX_RANK} integers in 1..{MAX_DIM}")
             if type(align) is not int or align not in ALIGNS:
                 raise CodeSearchError(f"buffers[{i}].align must be one of {', '.join(map(str, ALIGNS))}")
@@ -195,7 +195,7 @@ class CodeSearch:
             cmd = [self.nvcc, f"-arch={arch}", "--ptx", "probe.cu", "-o", "probe.ptx"]
             try:
                 done = self.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=self.probe_timeout_s,
-                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp})  # fmt: skip
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp})
             except subprocess.TimeoutExpired:
                 return f"smem_layout_check: nvcc took more than {self.probe_timeout_s:g} s; no answer."
             except OSError as e:
@@ -206,16 +206,16 @@ class CodeSearch:
             errors = [ln for ln in (done.stderr or "").splitlines() if "error" in ln][:3]
             if any("exceeds the" in e for e in errors):
                 return (f"DOES NOT FIT: the layout is larger than the {arch} per-block limit of {limit} bytes "
-                        f"({limit // 1024} KB). Shrink the tiles or the number of stages.")  # fmt: skip
+                        f"({limit // 1024} KB). Shrink the tiles or the number of stages.")
             return "smem_layout_check: the probe did not compile: " + (" | ".join(errors) or "no diagnostic")[:600]
         size = int(m.group(1))
         verdict = ("fits in the 48 KB of static shared memory" if size <= STATIC_SMEM
                    else "fits with dynamic shared memory (extern __shared__ and cudaFuncSetAttribute("
-                        "cudaFuncAttributeMaxDynamicSharedMemorySize), not as a static __shared__ array)")  # fmt: skip
+                        "cudaFuncAttributeMaxDynamicSharedMemorySize), not as a static __shared__ array)")
         return (f"FITS: sizeof(SharedStorage) = {size} bytes ({size / 1024:.1f} KB, padding and alignment included, "
                 f"measured by nvcc for {arch}) of the {limit}-byte per-block limit; {verdict}. "
                 f"{limit - size} bytes are left (each resident block needs its own copy: at most "
-                f"{max(1, limit // max(size, 1))} block(s) per SM by shared memory).")  # fmt: skip
+                f"{max(1, limit // max(size, 1))} block(s) per SM by shared memory).")
 
 
 @dataclass
@@ -249,20 +249,20 @@ class Session:
                 {"path": _PATH, "start_line": {"type": "integer", "minimum": 1},
                  "num_lines": {"type": "integer", "minimum": 1, "maximum": 400}}, ["path"]),
             _fn(LIST, "List a directory of the checkout (at most 300 entries).", {"path": _PATH}, ["path"]),
-        ]  # fmt: skip
+        ]
         if self.search.nvcc:
             buffer = {"type": "object", "additionalProperties": False, "required": ["name", "dtype", "shape"],
                       "properties": {"name": {"type": "string", "pattern": _IDENT.pattern, "maxLength": 32},
                                      "dtype": {"type": "string", "enum": list(CTYPES)},
                                      "shape": {"type": "array", "minItems": 1, "maxItems": MAX_RANK,
                                                "items": {"type": "integer", "minimum": 1, "maximum": MAX_DIM}},
-                                     "align": {"type": "integer", "enum": list(ALIGNS)}}}  # fmt: skip
+                                     "align": {"type": "integer", "enum": list(ALIGNS)}}}
             out.append(_fn(SMEM, "Check a shared-memory layout before writing the kernel: the buffers become members of "
                            "one struct (each with its alignment, default 16), nvcc compiles it for the architecture, "
                            "and the answer gives sizeof the struct against the per-block limit.",
                            {"arch": {"type": "string", "enum": list(SMEM_LIMIT)},
                             "buffers": {"type": "array", "minItems": 1, "maxItems": MAX_BUFFERS, "items": buffer}},
-                           ["arch", "buffers"]))  # fmt: skip
+                           ["arch", "buffers"]))
         return out
 
     def call(self, name: str, arguments: str) -> str:

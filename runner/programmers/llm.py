@@ -102,12 +102,12 @@ RESTART_MESSAGE = (
 )
 
 _LANGUAGE_NAMES = {"triton": "Triton", "cuda": "CUDA", "cpp": "C++/CUDA", "python": "Python",
-                   "tilelang": "TileLang"}  # fmt: skip
+                   "tilelang": "TileLang"}
 _FENCE_LANG = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".cc": "cpp", ".h": "cpp",
-               ".hpp": "cpp"}  # fmt: skip
+               ".hpp": "cpp"}
 # Info strings of fenced blocks that may hold the entry file, by its extension ("" = no tag).
 _FENCE_TAGS = {"python": {"python", "py", "python3", ""}, "cuda": {"cuda", "cu", "cpp", "c++", "c", ""},
-               "cpp": {"cpp", "c++", "cc", "c", "cuda", ""}}  # fmt: skip
+               "cpp": {"cpp", "c++", "cc", "c", "cuda", ""}}
 
 # Datasheet lines for the parts we know (SXM parts); the architecture notes come from arch.py.
 _GPU_FACTS = {  # first match wins: GH200 before H200
@@ -123,7 +123,7 @@ _MEMORY_BOUND = (
 
 
 _MATRIX_OPS = re.compile(r"(@|\b(matmul|mm|bmm|addmm|baddbmm|einsum|linear|conv\w*|scaled_dot_product_attention|"
-                         r"tensordot|dot)\s*\()")  # fmt: skip
+                         r"tensordot|dot)\s*\()")
 _MATRIX_TYPES = ("gemm", "matmul", "linear", "attention", "conv", "mla", "gqa", "mha", "moe")
 
 
@@ -131,11 +131,11 @@ def uses_tensor_cores(op_type: str, reference: str, bottleneck: str = "unknown")
     """Whether tensor cores can do this kernel's work: a matrix product in the reference or its type, or a
     compute-bound class. Elementwise, reduction and normalization kernels cannot use them."""
     return (bottleneck == "compute" or any(k in op_type.lower() for k in _MATRIX_TYPES)
-            or bool(_MATRIX_OPS.search(reference)))  # fmt: skip
+            or bool(_MATRIX_OPS.search(reference)))
 
 
 def gpu_hint(gpu_name: str, language: str, *, tensor: bool = True, ceilings: Any = None,
-             bottleneck: str = "unknown") -> list[str]:  # fmt: skip
+             bottleneck: str = "unknown") -> list[str]:
     """GPU-aware notes for the prompt, filtered to what the kernel's class can use: the part's line (with
     the measured ceilings instead of the datasheet's when Stage 1 has them), its architecture, the
     tensor-core instruction shapes and tile-copy features only when ``tensor`` (a matrix product), and
@@ -152,11 +152,11 @@ def gpu_hint(gpu_name: str, language: str, *, tensor: bool = True, ceilings: Any
         sms = sku.split(",")[0]
         sku = (f"{sms}; measured ceilings: {ceilings.bandwidth_gbs:.0f} GB/s DRAM (read + write), "
                f"{ceilings.flops_tflops:.0f} TFLOP/s for this kernel's datatype ({ceilings.source}). The datasheet's "
-               "peaks are not reached in practice; judge the kernel against these.")  # fmt: skip
+               "peaks are not reached in practice; judge the kernel against these.")
     notes = list(a.notes(language)) if tensor else [m for m in a.memory if "TMA" not in m and "cp.async" not in m]
     streaming = not tensor or bottleneck in ("memory", "latency")
     return [*([sku] if sku else []), f"Architecture: {a.name}, compile target {a.sm}.", *notes,
-            *(_MEMORY_BOUND if streaming else ())]  # fmt: skip
+            *(_MEMORY_BOUND if streaming else ())]
 
 
 # --------------------------------------------------------------------------- reactive tools
@@ -172,16 +172,16 @@ def describe(tool: ProfilingTool) -> str:
     """The function description the model sees: what the tool checks, its thresholds, its scope."""
     thresholds = ", ".join(f"{k} = {_num(v)}" for k, v in tool.thresholds.items()) or "none"
     scope = ("any kernel" if tool.affinity >= ALL_CLASSES
-             else "/".join(c for c in CLASSES if c in tool.affinity) + "-bound kernels")  # fmt: skip
+             else "/".join(c for c in CLASSES if c in tool.affinity) + "-bound kernels")
     return (f"{(tool.description or tool.name).strip()} Thresholds: {thresholds}. Reads the {tool.source} profile "
             f"of the current code; relevant to {scope}. Returns a diagnosis (severity, evidence, root cause, ranked "
-            f"fixes) or '{NO_PROBLEM}'.")  # fmt: skip
+            f"fixes) or '{NO_PROBLEM}'.")
 
 
 def _function(name: str, description: str) -> dict[str, Any]:
     return {"type": "function", "function": {
         "name": name, "description": description,
-        "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}  # fmt: skip
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
 
 
 def _reactive(context: Context) -> bool:
@@ -197,7 +197,7 @@ class ToolBox:
     """
 
     def __init__(self, profile: Profile, tools: Sequence[ProfilingTool], bottleneck: str = "unknown",
-                 energy: bool = False) -> None:  # fmt: skip
+                 energy: bool = False) -> None:
         self.profile = profile
         self.bottleneck = bottleneck
         self.tools: dict[str, ProfilingTool] = {}
@@ -225,7 +225,7 @@ class ToolBox:
         if self.metrics:
             out.append(_function(LIST_METRICS, "The raw profiler metrics of the current code by category (ncu "
                                  "throughput, memory, occupancy, stalls), its launch timeline and SASS instruction "
-                                 "mix, uninterpreted."))  # fmt: skip
+                                 "mix, uninterpreted."))
         return out
 
     def call(self, name: str, arguments: str = "") -> str:
@@ -335,7 +335,7 @@ def trim_traceback(text: str, paths: Sequence[str]) -> str:
                 continue
             if skipped:
                 out.append(f"{m.group(1)}[{skipped} frame{'s' if skipped > 1 else ''} of kernelpro's harness or "
-                           "libraries omitted]")  # fmt: skip
+                           "libraries omitted]")
                 skipped = 0
             out.append(f'{m.group(1)}File "{mine}", line {m.group(3)}, in {m.group(4)}')
             continue
@@ -372,7 +372,7 @@ def _timings(scored: Any, axes_of: Mapping[str, Any]) -> list[dict[str, Any]]:
     if scored is None:
         return []
     return [{"axes": dict(axes_of.get(r.uuid, {"uuid": r.uuid})), "ms": r.timing.median_ms}
-            for r in scored.outcome.results if r.timing is not None]  # fmt: skip
+            for r in scored.outcome.results if r.timing is not None]
 
 
 def _si(x: float | None, unit: str) -> str:
@@ -393,11 +393,11 @@ def _stage1_rows(stage1: Any) -> list[dict[str, Any]]:
              "baseline_ms": f"{b.measured_ms:.4f}" if b.measured_ms else "n/a",
              "pct": f"{b.pct_of_roofline:.0f} %" if b.pct_of_roofline is not None else "n/a",
              "max_speedup": f"{b.max_speedup:.2f}x" if b.max_speedup is not None else "n/a"}
-            for b in stage1.workloads]  # fmt: skip
+            for b in stage1.workloads]
 
 
 def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rounds: int = DEFAULT_TOOL_ROUNDS,
-                   code_tools: Sequence[str] = ()) -> list[ChatCompletionMessageParam]:  # fmt: skip
+                   code_tools: Sequence[str] = ()) -> list[ChatCompletionMessageParam]:
     """The system and user messages for one request. In reactive mode they hold no findings, and
     name the tools on offer instead."""
     target = context.target
@@ -424,7 +424,7 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rou
         {"axes": dict(axes_of.get(r.uuid, {"uuid": r.uuid})), "ms": r.timing.median_ms,
          "ref_ms": r.reference_timing.median_ms if r.reference_timing else None}
         for r in parent.outcome.results if r.timing is not None
-    ]  # fmt: skip
+    ]
     d = target.definition
     stage1 = context.stage1
     tensor = uses_tensor_cores(d.op_type or "", d.reference, context.bottleneck)
@@ -456,7 +456,7 @@ def build_messages(parent: Scored, mode: str, n: int, context: Context, tool_rou
         workloads=[dict(w.axes) for w in workloads],
         entry_point=base.spec.entry_point,
         files=[{"path": s.path, "content": s.content, "lang": _FENCE_LANG.get(_ext(s.path), "")}
-               for s in base.sources],  # fmt: skip
+               for s in base.sources],
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
@@ -676,9 +676,9 @@ class Usage:
 
 
 _CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+)|context length of (?:only )?(\d+)|"
-                            r"context window (?:of|is) (\d+)", re.I)  # fmt: skip
+                            r"context window (?:of|is) (\d+)", re.I)
 _PROMPT_TOKENS = re.compile(r"(\d+) in the messages|(?:has|contains at least) (\d+) input tokens|"
-                            r"messages resulted in (\d+) tokens|prompt \((\d+) tokens\)", re.I)  # fmt: skip
+                            r"messages resulted in (\d+) tokens|prompt \((\d+) tokens\)", re.I)
 _CONTEXT_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length", "max_input_tokens")
 
 
@@ -727,7 +727,7 @@ class LLMProgrammer:
 
     def __init__(self, client: openai.OpenAI, model: str, *, max_tokens: int = DEFAULT_MAX_TOKENS,
                  temperature: float | None = None, tool_rounds: int = DEFAULT_TOOL_ROUNDS,
-                 codesearch: CodeSearch | None = None) -> None:  # fmt: skip
+                 codesearch: CodeSearch | None = None) -> None:
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
@@ -744,7 +744,7 @@ class LLMProgrammer:
         self.context: int | None = None
         """The model's context in tokens (from check() or a 400 that names it); None: unknown."""
         self._n: dict[str, int] = dict.fromkeys(("requests", "answered", "errors", "retries", "tokens_in",
-                                                 "tokens_out", "truncated", "expansions", "untooled"), 0)  # fmt: skip
+                                                 "tokens_out", "truncated", "expansions", "untooled"), 0)
         self._last_error = ""
         self._streak = 0  # expansions in a row without an answer
 
@@ -754,7 +754,7 @@ class LLMProgrammer:
 
     def usage(self) -> Usage:
         return Usage(self.model, self.where, _host(self.where), self.max_tokens, self.context, **self._n,
-                     last_error=self._last_error)  # fmt: skip
+                     last_error=self._last_error)
 
     # ---- before the run
 
@@ -772,7 +772,7 @@ class LLMProgrammer:
             if fatal is not None:
                 raise fatal from e
             raise PluginError(f"the LLM endpoint {self.where} answered {e.status_code} to GET /models ({e.message}). "
-                              f"Fix: {self._fix(e)}") from e  # fmt: skip
+                              f"Fix: {self._fix(e)}") from e
         except openai.APIError as e:
             raise PluginError(self._explain(e)) from e
         ids = [m.id for m in models]
@@ -791,14 +791,14 @@ class LLMProgrammer:
         self.context = context_of(entry)
         if self.context is not None and self.max_tokens > self.context - MIN_OUTPUT_TOKENS:
             log.warning("llm: %s has a context of %d tokens; max_tokens %d is clamped to what each prompt leaves",
-                        self.model, self.context, self.max_tokens)  # fmt: skip
+                        self.model, self.context, self.max_tokens)
 
     def _ping(self) -> None:
         for _ in range(2):
             try:
                 self._n["requests"] += 1
                 self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "OK?"}],
-                                                    **{self._token_param: 1})  # type: ignore[call-overload]  # fmt: skip
+                                                    **{self._token_param: 1})  # type: ignore[call-overload]
                 self._n["answered"] += 1
                 return
             except openai.BadRequestError as e:
@@ -825,26 +825,26 @@ class LLMProgrammer:
         if isinstance(e, openai.APITimeoutError):
             return (f"the LLM endpoint {self.where} did not answer within {self.client.timeout} s. Fix: check that "
                     "the server is up and not overloaded (a large model on a busy server takes minutes), or use a "
-                    "faster model.")  # fmt: skip
+                    "faster model.")
         if isinstance(e, openai.APIConnectionError):
             cause = e.__cause__ or e
             return (f"nothing answers at the LLM endpoint {self.where} ({type(cause).__name__}: {cause}). Fix: start "
                     "the server, or set KERNELPRO_LLM_BASE_URL to its OpenAI-compatible base URL (it usually ends in "
-                    f"/v1; `curl {self.where}/models` should answer).")  # fmt: skip
+                    f"/v1; `curl {self.where}/models` should answer).")
         return f"the request to the LLM endpoint {self.where} failed ({type(e).__name__}: {e})."
 
     def _fix(self, e: openai.APIStatusError) -> str:
         if e.status_code == 429:
             return (f"the provider's rate limit or quota for {self.model!r} is spent (the SDK retried "
                     f"{self.client.max_retries} times); raise it, or wait and rerun the same command (the journal "
-                    "resumes the run).")  # fmt: skip
+                    "resumes the run).")
         if e.status_code >= 500:
             return "the server failed; check its logs, then rerun the same command (the journal resumes the run)."
         if _CONTEXT_LIMIT.search(str(e.message)):
             return ("the prompt does not fit the model's context: serve the model with a longer context (vLLM: "
-                    "--max-model-len), use a model with a larger one, or ask for fewer candidates (--candidates 1).")  # fmt: skip
+                    "--max-model-len), use a model with a larger one, or ask for fewer candidates (--candidates 1).")
         return (f"check that {self.where} speaks the OpenAI chat-completions API and serves {self.model!r} "
-                "(KERNELPRO_LLM_BASE_URL, KERNELPRO_LLM_MODEL).")  # fmt: skip
+                "(KERNELPRO_LLM_BASE_URL, KERNELPRO_LLM_MODEL).")
 
     def _fail(self, e: Exception) -> None:
         self._n["errors"] += 1
@@ -861,7 +861,7 @@ class LLMProgrammer:
         return max(MIN_OUTPUT_TOKENS, min(max_tokens, self.context - _estimate_tokens(messages, tools)))
 
     def _create(self, messages: list[ChatCompletionMessageParam], max_tokens: int,
-                tools: list[dict[str, Any]] | None = None) -> Reply:  # fmt: skip
+                tools: list[dict[str, Any]] | None = None) -> Reply:
         max_tokens = self._budget(messages, max_tokens, tools)
         refit = False
         for _ in range(5):
@@ -876,11 +876,11 @@ class LLMProgrammer:
             self._n["requests"] += 1
             try:
                 raw = self.client.chat.completions.with_raw_response.create(model=self.model, messages=messages,
-                                                                            **kwargs)  # fmt: skip
+                                                                            **kwargs)
                 if taken := int(getattr(raw, "retries_taken", 0) or 0):
                     self._n["retries"] += taken
                     log.warning("llm: %s answered after %d retr%s (rate limit, server error or connection)",
-                                self.where, taken, "y" if taken == 1 else "ies")  # fmt: skip
+                                self.where, taken, "y" if taken == 1 else "ies")
                 resp = raw.parse()
             except openai.BadRequestError as e:
                 text = str(e)
@@ -893,16 +893,16 @@ class LLMProgrammer:
                     if fit < MIN_OUTPUT_TOKENS:
                         self._fail(e)
                         raise PluginError(f"the prompt (~{prompt} tokens) leaves no room for an answer in the model's "
-                                          f"context of {limit} tokens at {self.where}. Fix: {self._fix(e)}") from e  # fmt: skip
+                                          f"context of {limit} tokens at {self.where}. Fix: {self._fix(e)}") from e
                     log.warning("llm: %s has a context of %d tokens; asking again with max_tokens %d instead of %d",
-                                self.model, limit, min(fit, max_tokens), max_tokens)  # fmt: skip
+                                self.model, limit, min(fit, max_tokens), max_tokens)
                     max_tokens, refit = min(fit, max_tokens), True
                     self._n["retries"] += 1
                     continue
                 if json_mode and "response_format" in text:
                     if tools:
                         log.info("llm: the endpoint does not take JSON mode together with tools; "
-                                 "JSON mode on the final turn only")  # fmt: skip
+                                 "JSON mode on the final turn only")
                         self._json_with_tools = False
                     else:
                         log.info("llm: the endpoint has no JSON mode; asking without it")
@@ -930,7 +930,7 @@ class LLMProgrammer:
                 self._n["tokens_in"] += int(resp.usage.prompt_tokens or 0)
                 self._n["tokens_out"] += int(resp.usage.completion_tokens or 0)
                 log.debug("llm: %s prompt + %s completion tokens", resp.usage.prompt_tokens,
-                          resp.usage.completion_tokens)  # fmt: skip
+                          resp.usage.completion_tokens)
             if not resp.choices:
                 return Reply("", None)
             choice = resp.choices[0]
@@ -943,7 +943,7 @@ class LLMProgrammer:
         raise AssertionError("unreachable")  # each retry above flips a flag that cannot flip back, or refits once
 
     def _ask(self, conversation: list[ChatCompletionMessageParam], max_tokens: int, box: Joined | None,
-             n: int) -> Reply:  # fmt: skip
+             n: int) -> Reply:
         """One answer. In reactive mode the first call lets the model call tools first: the calls and
         their results are appended to ``conversation``, so later attempts carry the evidence."""
         if box is None or box.done:
@@ -957,14 +957,14 @@ class LLMProgrammer:
             conversation.append({
                 "role": "assistant", "content": reply.text or None,
                 "tool_calls": [{"id": i, "type": "function", "function": {"name": name, "arguments": args}}
-                               for i, name, args in reply.calls]})  # fmt: skip
+                               for i, name, args in reply.calls]})
             for call_id, name, args in reply.calls:
                 conversation.append({"role": "tool", "tool_call_id": call_id, "content": box.call(name, args)})
             log.info("llm: the model called %s", ", ".join(name for _, name, _ in reply.calls))
         box.done = True
         log.info("llm: %d turns of tool calls spent; asking for the answer", self.tool_rounds)
         conversation.append({"role": "user", "content": TOOL_BUDGET_MESSAGE.format(
-            rounds=self.tool_rounds, n=n, s="" if n == 1 else "s")})  # fmt: skip
+            rounds=self.tool_rounds, n=n, s="" if n == 1 else "s")})
         return self._create(conversation, max_tokens)
 
     def _fatal(self, e: openai.APIStatusError) -> PluginError | None:
@@ -986,7 +986,7 @@ class LLMProgrammer:
     # ---- candidates
 
     def _candidates(self, drafts: Sequence[Draft], parent: Scored, mode: str, n: int, context: Context,
-                    extra: Mapping[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
+                    extra: Mapping[str, Any] | None = None) -> list[Candidate]:
         base = parent.candidate.solution
         paths = [s.path for s in base.sources]
         out: list[Candidate] = []
@@ -1014,9 +1014,9 @@ class LLMProgrammer:
                 continue
             keys.add(key)
             sol = Solution(f"{context.target.name}-{key[:10]}", base.definition, self.model, base.spec, sources,
-                           description=strategy)  # fmt: skip
+                           description=strategy)
             out.append(Candidate(sol, parent.candidate.key, mode, strategy,
-                                 {"model": self.model, "strategy": strategy, **(extra or {})}))  # fmt: skip
+                                 {"model": self.model, "strategy": strategy, **(extra or {})}))
             if len(out) >= n:
                 break
         return out
@@ -1041,7 +1041,7 @@ class LLMProgrammer:
             self._n["untooled"] += 1
             if self._n["untooled"] == 1:
                 log.warning("llm: --tools reactive, but the parent has no profile (profiles need a GPU with ncu): no "
-                            "profiling tool is offered to the model")  # fmt: skip
+                            "profiling tool is offered to the model")
         answered = self._n["answered"]
         # Every complete candidate of every answer (a cut-off one included), in the order they came.
         merged: list[Candidate] = []
@@ -1055,11 +1055,11 @@ class LLMProgrammer:
                 if fatal is not None:
                     raise fatal from e
                 log.warning("llm: %s answered %s (%s); no candidates from this expansion",
-                            self.where, e.status_code, e.message)  # fmt: skip
+                            self.where, e.status_code, e.message)
                 break
             except openai.APIError as e:  # connection trouble, timeouts, malformed responses
                 log.warning("llm: request to %s failed (%s: %s); no candidates from this expansion",
-                            self.where, type(e).__name__, e)  # fmt: skip
+                            self.where, type(e).__name__, e)
                 break
             text, finish = reply.text, reply.finish
             extra: dict[str, Any] = {}
@@ -1078,12 +1078,12 @@ class LLMProgrammer:
             if i < 2:
                 self._n["retries"] += 1
             log.warning("llm: answer %d was cut off at %d tokens with %d complete candidate(s); %s", i + 1, max_tokens,
-                        len(found), "asking again" if i < 2 else "giving up")  # fmt: skip
+                        len(found), "asking again" if i < 2 else "giving up")
         # Three expansions in a row without one answer: the endpoint is down or refuses us; say so and stop.
         self._streak = self._streak + 1 if self._n["answered"] == answered else 0
         if self._streak >= FAILED_EXPANSIONS:
             raise PluginError(f"{self._streak} expansions in a row got no answer from the LLM endpoint: "
-                              f"{self._last_error or 'no request succeeded'}")  # fmt: skip
+                              f"{self._last_error or 'no request succeeded'}")
         return merged[:n]
 
 
@@ -1093,7 +1093,7 @@ def make(settings: Settings) -> LLMProgrammer:
         missing.append("KERNELPRO_LLM_MODEL (the model name)")
     if not settings.llm_api_key:
         missing.append("KERNELPRO_LLM_API_KEY or OPENAI_API_KEY (any non-empty value for a vLLM server "
-                       "started without --api-key)")  # fmt: skip
+                       "started without --api-key)")
     if missing:
         raise PluginError(
             "programmer 'llm' needs " + " and ".join(missing) + "; set KERNELPRO_LLM_BASE_URL as well for "
@@ -1107,6 +1107,6 @@ def make(settings: Settings) -> LLMProgrammer:
         except CodeSearchError as e:
             raise PluginError(str(e)) from e
     client = openai.OpenAI(base_url=settings.llm_base_url or OPENAI_BASE_URL, api_key=settings.llm_api_key,
-                           max_retries=2, timeout=DEFAULT_TIMEOUT_S)  # fmt: skip
+                           max_retries=2, timeout=DEFAULT_TIMEOUT_S)
     return LLMProgrammer(client, settings.llm_model, codesearch=codesearch,
-                         max_tokens=settings.llm_max_tokens or DEFAULT_MAX_TOKENS)  # fmt: skip
+                         max_tokens=settings.llm_max_tokens or DEFAULT_MAX_TOKENS)

@@ -28,7 +28,7 @@ from . import Context
 # then pipelining. CUDA: threads per block first (occupancy, bytes in flight), then wider loads,
 # more work per thread, tiles, unrolling, and register caps last.
 _KIND_ORDER = {"block": 0, "num_warps": 1, "num_stages": 2,
-               "threads": 0, "vector": 1, "work": 2, "tile": 3, "unroll": 4, "min_blocks": 5}  # fmt: skip
+               "threads": 0, "vector": 1, "work": 2, "tile": 3, "unroll": 4, "min_blocks": 5}
 
 # A finding -> the launch-parameter moves that address it, most direct first: (knob kind, direction).
 # Scalar or uncoalesced loads and launch overhead want more work per program; register pressure and
@@ -58,7 +58,7 @@ FINDING_MOVES: dict[str, tuple[tuple[str, int], ...]] = {
     "serial_dependency": (("unroll", +1), ("num_stages", +1), ("block", -1), ("work", -1)),
     # bytes re-read from DRAM: larger tiles reuse each operand more on chip
     "excess_traffic": (("tile", +1), ("block", +1)),
-}  # fmt: skip
+}
 
 
 def _guided_order(findings: tuple[object, ...]) -> list[tuple[str, int]]:
@@ -124,7 +124,7 @@ def silence(solution: Solution) -> str:
             notes.append(f"{src.path} does not parse")
     if unreached:
         notes.append(f"{unreached} launch parameter(s) are in functions the entry point "
-                     f"{solution.spec.entry_point} does not reach")  # fmt: skip
+                     f"{solution.spec.entry_point} does not reach")
     if not notes:
         files = ", ".join(s.path for s in solution.sources) or "no file"
         return (f"no launch parameter in {files}: no Triton launch `kernel[grid](...)` with a block size or "
@@ -155,7 +155,7 @@ class Tuner:
         return Solution(solution.name, solution.definition, "kernelpro-tuner", solution.spec, tuple(sources))
 
     def _moves(self, knobs: list[_FileKnob], mode: str, seed: str,
-               findings: tuple[object, ...] = ()) -> list[dict[str, int]]:  # fmt: skip
+               findings: tuple[object, ...] = ()) -> list[dict[str, int]]:
         current = {fk.key: fk.knob.value for fk in knobs}
         ordered = sorted(knobs, key=lambda fk: (_KIND_ORDER.get(fk.knob.kind, 9), fk.key))
         moves: list[dict[str, int]] = []
@@ -204,7 +204,7 @@ class Tuner:
                 continue
             keys.add(key)
             named = Solution(f"{context.target.name}-{key[:10]}", sol.definition, sol.author, sol.spec, sol.sources,
-                             description=_describe(knobs, settings))  # fmt: skip
+                             description=_describe(knobs, settings))
             out.append(Candidate(named, parent.candidate.key, mode, _describe(knobs, settings), dict(settings)))
             if len(out) >= n:
                 break

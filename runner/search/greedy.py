@@ -29,7 +29,7 @@ def _stage(status: str) -> int:
 
 def _max_error(s: Scored) -> float:
     errs = [float(r.correctness.get("max_abs", math.inf)) for r in s.outcome.results
-            if r.correctness and r.status != "PASSED"]  # fmt: skip
+            if r.correctness and r.status != "PASSED"]
     finite = [e for e in errs if math.isfinite(e)]
     return max(finite) if finite else math.inf
 

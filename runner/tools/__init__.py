@@ -50,7 +50,7 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         return {"tool": self.tool, "severity": self.severity, "title": self.title, "evidence": dict(self.evidence),
                 "root_cause": self.root_cause, "recommendations": list(self.recommendations),
-                "expected_gain": self.expected_gain, "code_example": self.code_example, "source": self.source}  # fmt: skip
+                "expected_gain": self.expected_gain, "code_example": self.code_example, "source": self.source}
 
 
 Analyze = Callable[[Profile, Mapping[str, float]], "Finding | None"]
@@ -173,7 +173,7 @@ def bound_finding(f: Finding, max_speedup: float | None, note: str = "") -> Find
 
 
 def run_tools(profile: Profile, bottleneck: str, tools: Iterable[ProfilingTool] | None = None,
-              *, energy: bool = False, stage1: ReferenceAnalysis | None = None) -> Analysis:  # fmt: skip
+              *, energy: bool = False, stage1: ReferenceAnalysis | None = None) -> Analysis:
     """Proactive orchestration: run every relevant tool, deterministically.
 
     With ``stage1`` (the roofline of the pull request's kernel) the profile gets the useful work of its
@@ -218,7 +218,7 @@ METRIC_CATEGORIES: Mapping[str, tuple[str, ...]] = {
     "stalls": ("smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
                "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
                "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"),
-}  # fmt: skip
+}
 
 FEEDBACK_MODES = ("none", "raw", "tools")
 
@@ -258,14 +258,14 @@ def render(analysis: Analysis | None, profile: Profile | None, mode: str = "tool
     if t is not None:
         out += ["", f"Timeline per call: {t.kernel_launches} kernel launch(es), {t.kernel_us:.1f} us in kernels of "
                     f"{t.wall_us:.1f} us, launch overhead {t.launch_overhead_pct:.0f} %, {t.syncs} sync(s), "
-                    f"{t.gaps} gap(s) over {t.gap_threshold_us:.0f} us"]  # fmt: skip
+                    f"{t.gaps} gap(s) over {t.gap_threshold_us:.0f} us"]
     s = profile.sass
     if s is not None:
         fams = ", ".join(f"{k} {s.count(k)}" for k in ("HGMMA", "HMMA", "LDGSTS", "UTMALDG", "STL", "LDL", "MUFU")
-                         if s.count(k))  # fmt: skip
+                         if s.count(k))
         widths = ", ".join(f"{b}-bit x{n}" for b, n in sorted(s.global_load_bits.items()))
         out += ["", f"SASS ({s.arch}): {s.count('total')} instructions; {fams or 'no tensor-core, async-copy or spill instructions'}"
-                    + (f"; global loads {widths}" if widths else "")]  # fmt: skip
+                    + (f"; global loads {widths}" if widths else "")]
     if profile.notes:
         out += ["", "Not collected: " + "; ".join(profile.notes)]
     return "\n".join(out).strip()

@@ -80,7 +80,7 @@ def _mismatch(p: Profile) -> tuple[str, str] | None:
     if cur.bound == "parallelism":
         return (f"grid of {cur.grid} programs on {cur.sms} SMs: {cur.sms - (cur.grid or 0)} SMs get no work",
                 "The launch makes fewer programs than the GPU has SMs, so part of the chip never runs; the ideal "
-                f"kernel is {ideal}-bound over the whole GPU.")  # fmt: skip
+                f"kernel is {ideal}-bound over the whole GPU.")
     if ideal == "memory" and cur.bound in ("issue", "pipe", "compute"):
         what = {"issue": "issue-bound", "pipe": f"bound by its {cur.pipe} pipe", "compute": "compute-bound"}[cur.bound]
         ratio = _per_unit(p)
@@ -88,15 +88,15 @@ def _mismatch(p: Profile) -> tuple[str, str] | None:
         return (f"should be memory-bound, is {what}{more}",
                 f"The formulas make this kernel memory-bound (it must move {(w.bytes or 0) / 1e6:.4g} MB and do "
                 f"{(w.flops or 0) / 1e6:.4g} MFLOP), but ncu sees the SM busier than memory ({cur.note}): the kernel "
-                "executes far more instructions than moving its bytes needs.")  # fmt: skip
+                "executes far more instructions than moving its bytes needs.")
     if ideal in ("memory", "compute") and cur.bound == "latency":
         return (f"should be {ideal}-bound, reaches neither roof",
                 f"The formulas make this kernel {ideal}-bound, but ncu sees {cur.note}: too little work in flight "
-                "(few programs or warps, dependent loads, a serial loop) to saturate either roof.")  # fmt: skip
+                "(few programs or warps, dependent loads, a serial loop) to saturate either roof.")
     if ideal == "compute" and cur.bound == "memory":
         return ("should be compute-bound, is memory-bound",
                 f"The formulas make this kernel compute-bound, but ncu sees {cur.note}: operands are re-read from "
-                "memory instead of reused from registers or shared memory (no tiling, or tiles too small).")  # fmt: skip
+                "memory instead of reused from registers or shared memory (no tiling, or tiles too small).")
     return None
 
 
@@ -120,10 +120,10 @@ def _mismatch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
                       "BLOCK-wide range, tl.sum/tl.max over it; CUDA: one element per thread, 128-bit loads) "
                       "instead of a scalar per-element loop.",
                       "Remove per-element index arithmetic and masks: power-of-two blocks, masks only on the last "
-                      "block, strides as constexpr where the layout is fixed."))  # fmt: skip
+                      "block, strides as constexpr where the layout is fixed."))
     ev: dict[str, object] = {"ideal_bound": w.ideal, "current_bound": cur.bound, "current_evidence": cur.note,
                              "compute_pct": cur.compute_pct, "memory_pct": cur.memory_pct, "issue_pct": cur.issue_pct,
-                             "grid": cur.grid, "sms": cur.sms, "waves": cur.waves}  # fmt: skip
+                             "grid": cur.grid, "sms": cur.sms, "waves": cur.waves}
     if pct is not None:
         ev["pct_of_roofline"] = round(pct, 3)
     if w.max_speedup is not None:
@@ -133,7 +133,7 @@ def _mismatch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         evidence={k: v for k, v in ev.items() if v is not None}, root_cause=cause, recommendations=recs,
         expected_gain="" if w.max_speedup is None else f"up to {w.max_speedup:.2f}x if the kernel reaches its ideal bound",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 BOUND_MISMATCH = ProfilingTool(
@@ -145,7 +145,7 @@ BOUND_MISMATCH = ProfilingTool(
     trigger=lambda p, th: _mismatch(p) is not None, analyze=_mismatch_analyze,
     affinity=ALL_CLASSES, needs_work=True,
     description="The roofline's bound (formulas) and ncu's bound of the kernel as written disagree.",
-)  # fmt: skip
+)
 
 
 # --- 2. instruction_overhead ----------------------------------------------------------------------
@@ -168,7 +168,7 @@ def _overhead_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         "useful_bytes": w.bytes, "useful_flops": w.flops, "per_useful_unit": round(ratio, 2),
         "lean_per_unit": _LEAN, "arithmetic": f"{k.get(INST_EXECUTED):.4g} warp inst x 32 / ({(w.bytes or 0):.4g} B / 4 "
                                               f"+ {(w.flops or 0):.4g} FLOP) = {ratio:.2f} per unit",
-    }  # fmt: skip
+    }
     # Fewer instructions make the kernel faster only where the instructions are what limits it.
     if compute >= memory:
         ev["est_speedup"] = round(ratio / _LEAN, 2)
@@ -190,9 +190,9 @@ def _overhead_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain=(f"up to {ratio / _LEAN:.2f}x if the kernel is instruction-bound (ncu: compute {compute:.3g} % "
                        f">= memory {memory:.3g} %)" if "est_speedup" in ev else
                        "fewer issued instructions; the kernel is memory-bound, so speed follows only if it becomes "
-                       "instruction-bound"),  # fmt: skip
+                       "instruction-bound"),
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 INSTRUCTION_OVERHEAD = ProfilingTool(
@@ -203,7 +203,7 @@ INSTRUCTION_OVERHEAD = ProfilingTool(
     trigger=lambda p, th: (_per_unit(p) or 0.0) >= th["medium"], analyze=_overhead_analyze,
     affinity=ALL_CLASSES, needs_work=True,
     description="Executed thread-instructions per useful 4-byte word or FLOP (formulas) > 8/16/64.",
-)  # fmt: skip
+)
 
 
 # --- 3. too_few_programs --------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def _few_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     b = current_bound(k)
     resident = grid / waves / sms if waves else None  # programs one SM can hold at once
     ev: dict[str, object] = {"grid": grid, "sms": sms, "sms_source": b.sms_source, "waves": waves,
-                             "block_size": b.block, "achieved_occupancy_pct": b.achieved_occupancy_pct}  # fmt: skip
+                             "block_size": b.block, "achieved_occupancy_pct": b.achieved_occupancy_pct}
     if resident:
         ev["programs_per_sm_possible"] = round(resident, 1)
     if binding_limiters(k):
@@ -260,7 +260,7 @@ def _few_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
             "If the problem is genuinely tiny, fuse it with its neighbours so one launch has enough work.",
         ),
         expected_gain=gain, source="ncu",
-    )  # fmt: skip
+    )
 
 
 TOO_FEW_PROGRAMS = ProfilingTool(
@@ -268,7 +268,7 @@ TOO_FEW_PROGRAMS = ProfilingTool(
     thresholds={"waves": 0.5, "busy_pct": 60.0},
     trigger=_few_trigger, analyze=_few_analyze, affinity=ALL_CLASSES,
     description="Grid smaller than the SM count, or < 0.5 waves while neither roof is above 60 %.",
-)  # fmt: skip
+)
 
 
 # --- 4. tail_effect -------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def _tail_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"up to {full / waves:.2f}x ({full} / {waves:.2f} waves) if the last wave were full",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 TAIL_EFFECT = ProfilingTool(
@@ -315,7 +315,7 @@ TAIL_EFFECT = ProfilingTool(
     thresholds={"medium_pct": 10.0, "high_pct": 25.0},
     trigger=lambda p, th: _tail_idle(p) * 100 >= th["medium_pct"], analyze=_tail_analyze,
     affinity=ALL_CLASSES, description="Partial last wave of programs idles >= 10 %/25 % of the slots.",
-)  # fmt: skip
+)
 
 
 # --- 5. serial_dependency -------------------------------------------------------------------------
@@ -347,13 +347,13 @@ def _chain(p: Profile) -> dict[str, object] | None:
         "eligible_warps_per_cycle": k.get(ELIGIBLE),
         "theoretical_occupancy_pct": k.get(THEORETICAL_OCC),
         "achieved_occupancy_pct": float(occ),
-    }  # fmt: skip
+    }
     clock = k.get(CLOCK)
     if clock:
         # A warp's lifetime is its instructions times the cycles between two of them.
         facts["warp_chain_us"] = round(per_warp * float(cpi) / float(clock) * 1e6, 2)
         facts["arithmetic"] = (f"{per_warp:.4g} instructions per warp x {float(cpi):.3g} cycles between issues / "
-                               f"{float(clock) / 1e9:.3g} GHz = {facts['warp_chain_us']} us per warp")  # fmt: skip
+                               f"{float(clock) / 1e9:.3g} GHz = {facts['warp_chain_us']} us per warp")
     dur = k.get("gpu__time_duration.sum")
     if dur:
         facts["kernel_us"] = round(float(dur) / 1e3, 2)
@@ -379,7 +379,7 @@ def _chain_holds(f: Mapping[str, object], th: Mapping[str, float]) -> bool:
         # A launch whose resources cap the warps is occupancy's finding (smem_occupancy), not a chain.
         and (theoretical is None or float(theoretical) >= th["min_theoretical_pct"])  # type: ignore[arg-type]
         and f.get("sass_backward_branches", 1) != 0  # with SASS: straight-line code is no serial loop
-    )  # fmt: skip
+    )
 
 
 def _chain_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
@@ -414,7 +414,7 @@ def _chain_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
                     f"{f['warps_per_scheduler']} warps per scheduler nothing else is ready to issue "
                     f"({f['eligible_warps_per_cycle']:.3g} eligible warps per cycle). Neither roof is near (compute "
                     f"{f['compute_pct']} %, memory {f['memory_pct']} %): the kernel's time is the length of its "
-                    "chains, not its work."),  # fmt: skip
+                    "chains, not its work."),
         recommendations=(
             "Spread the loop over the lanes: give each program a tile and reduce it with block-wide operations "
             "(Triton: acc of BLOCK elements, acc += tl.load(ptr + start + tl.arange(0, BLOCK)), tl.sum(acc) after "
@@ -434,9 +434,9 @@ def _chain_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         code_example=("acc = tl.zeros((BLOCK,), tl.float32)\n"
                       "for start in range(0, n, BLOCK):\n"
                       "    acc += tl.load(row + start + offs, mask=start + offs < n, other=0.0)\n"
-                      "tl.store(out + pid, tl.sum(acc))"),  # fmt: skip
+                      "tl.store(out + pid, tl.sum(acc))"),
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 SERIAL_DEPENDENCY = ProfilingTool(
@@ -453,7 +453,7 @@ SERIAL_DEPENDENCY = ProfilingTool(
     trigger=lambda p, th: (f := _chain(p)) is not None and _chain_holds(f, th), analyze=_chain_analyze,
     affinity=ALL_CLASSES,
     description="Latency-bound long per-warp loop: dependency stalls >= 60 %, <= 4 warps per scheduler, neither roof >= 40 %.",
-)  # fmt: skip
+)
 
 
 # --- 6. excess_traffic ----------------------------------------------------------------------------
@@ -488,7 +488,7 @@ def _traffic_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         "dram_read_bytes": read, "dram_write_bytes": write, "useful_bytes": useful, "traffic_ratio": round(ratio, 2),
         "arithmetic": f"({read:.4g} B read + {write:.4g} B written) / {useful:.4g} B the formula needs = {ratio:.2f}x",
         "current_bound": cur.bound,
-    }  # fmt: skip
+    }
     # Time follows DRAM bytes only where DRAM is what limits the kernel.
     if cur.bound == "memory":
         ev["est_speedup"] = round(ratio, 2)
@@ -514,9 +514,9 @@ def _traffic_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain=(f"up to {ratio:.2f}x ({ev['arithmetic']}) if DRAM traffic falls to what the formula needs"
                        if "est_speedup" in ev else
                        f"less DRAM traffic and energy; the kernel is {cur.bound}-bound as written, so speed follows "
-                       "only where memory becomes the limit"),  # fmt: skip
+                       "only where memory becomes the limit"),
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 EXCESS_TRAFFIC = ProfilingTool(
@@ -527,7 +527,7 @@ EXCESS_TRAFFIC = ProfilingTool(
     trigger=lambda p, th: _traffic_ratio(p) >= th["medium"], analyze=_traffic_analyze,
     affinity=ALL_CLASSES, needs_work=True,
     description="DRAM bytes read + written against the `bytes` formula >= 1.5x/3x/8x.",
-)  # fmt: skip
+)
 
 
 TOOLS = (BOUND_MISMATCH, INSTRUCTION_OVERHEAD, TOO_FEW_PROGRAMS, TAIL_EFFECT, SERIAL_DEPENDENCY, EXCESS_TRAFFIC)

@@ -89,7 +89,7 @@ def _bank_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"~{ev['avg_ways']:.1f}x fewer shared-memory bank reads at the same speed",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 ENERGY_BANK_CONFLICTS = ProfilingTool(
@@ -98,7 +98,7 @@ ENERGY_BANK_CONFLICTS = ProfilingTool(
     trigger=lambda p, th: _bank_case(p, th) is not None, analyze=_bank_analyze,
     affinity=ALL_CLASSES, energy_only=True,
     description="Bank conflicts whose MIO/short-scoreboard stalls are low: SRAM energy at no time cost.",
-)  # fmt: skip
+)
 
 
 # --- 2. energy_register_spills --------------------------------------------------------------------
@@ -142,7 +142,7 @@ def _spill_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"~{ev['est_spill_energy_uJ']} uJ less per launch (paper proxy, 80 pJ/sector) at the same speed",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 ENERGY_REGISTER_SPILLS = ProfilingTool(
@@ -151,7 +151,7 @@ ENERGY_REGISTER_SPILLS = ProfilingTool(
     trigger=lambda p, th: _spill_case(p, th) is not None, analyze=_spill_analyze,
     affinity=ALL_CLASSES, energy_only=True,
     description="Local-memory (spill) traffic under 30 % of sectors that none of the harmful cases A/B/C explains.",
-)  # fmt: skip
+)
 
 
 # --- 3. energy_uncoalesced_access -----------------------------------------------------------------
@@ -215,7 +215,7 @@ def _uncoalesced_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"~{ev['est_excess_sector_energy_uJ']} uJ less per launch at the same speed",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 ENERGY_UNCOALESCED_ACCESS = ProfilingTool(
@@ -224,7 +224,7 @@ ENERGY_UNCOALESCED_ACCESS = ProfilingTool(
     trigger=lambda p, th: _uncoalesced_case(p, th) is not None, analyze=_uncoalesced_analyze,
     affinity=ALL_CLASSES, energy_only=True,
     description="Excess global sectors per request while memory stalls are low (< 20 %): served from cache.",
-)  # fmt: skip
+)
 
 
 # --- 4. energy_redundant_barriers -----------------------------------------------------------------
@@ -244,7 +244,7 @@ def _barrier_case(p: Profile, th: Mapping[str, float]) -> dict[str, float | str]
     if barrier is None or barrier >= th["hidden_stall_pct"]:
         return None  # barriers that cost time: barrier_stall handles them
     ev: dict[str, float | str] = {"BAR": s.count("BAR"), "shared_memory_instructions": shared_ops,
-                                  "barrier_stall_pct": round(barrier, 1)}  # fmt: skip
+                                  "barrier_stall_pct": round(barrier, 1)}
     if block is not None:
         ev["block_size"] = float(block)
     ev["reason"] = "single-warp blocks" if single_warp else "no shared-memory traffic to order"
@@ -268,7 +268,7 @@ def _barrier_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain="fewer issued instructions and barrier waits at the same speed",
         source="sass",
-    )  # fmt: skip
+    )
 
 
 ENERGY_REDUNDANT_BARRIERS = ProfilingTool(
@@ -277,7 +277,7 @@ ENERGY_REDUNDANT_BARRIERS = ProfilingTool(
     trigger=lambda p, th: _barrier_case(p, th) is not None, analyze=_barrier_analyze,
     affinity=ALL_CLASSES, energy_only=True,
     description="SASS barriers with no shared-memory traffic (or single-warp blocks) and low barrier stalls.",
-)  # fmt: skip
+)
 
 
 TOOLS = (

@@ -72,7 +72,7 @@ STALL_REASONS = (
     "long_scoreboard", "short_scoreboard", "barrier", "branch_resolving", "membar", "memory_throttle",
     "mio_throttle", "lg_throttle", "math_pipe_throttle", "tex_throttle", "wait", "not_selected",
     "no_instruction", "dispatch_stall", "drain", "imc_miss", "gmma", "misc", "sleeping",
-)  # fmt: skip
+)
 """Stall reasons ncu reports on sm_90 ('selected' is issuing, not a stall, and is left out)."""
 
 CORE_STALLS = tuple(stall_metric(r) for r in ("long_scoreboard", "short_scoreboard", "barrier"))
@@ -299,7 +299,7 @@ def _warp_stall_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         return None  # 'not selected' means warps were eligible: nothing is starving the scheduler
     dram = memory_pct(k)
     if dominant in _MEMORY_STALLS and dram is not None and dram >= th["saturated_memory_pct"] \
-            and _loads_coalesced(p, k, th):  # fmt: skip
+            and _loads_coalesced(p, k, th):
         # Memory stalls near the DRAM roof with every fetched byte used are the signature of a
         # bandwidth-bound kernel doing its job; only moving fewer bytes helps. Real H200 numbers
         # (tests/fixtures/h200): the float4 copy control `clean` stalls 92 % on long scoreboard at
@@ -321,10 +321,10 @@ def _warp_stall_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         code = ("# Triton: one program handles a 1024-wide block, 4 warps -> 8 fp32 per thread (2x 128-bit loads)\n"
                 "BLOCK_SIZE, num_warps = 1024, 4\n"
                 "// CUDA: float4 loads\n"
-                "float4 v = reinterpret_cast<const float4*>(x)[i];")  # fmt: skip
+                "float4 v = reinterpret_cast<const float4*>(x)[i];")
     elif dominant == "barrier":
         code = ("// CUDA: warp reduction without __syncthreads()\n"
-                "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);")  # fmt: skip
+                "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);")
     return Finding(
         tool="warp_stall", severity=sev,
         title=f"{value:.0f}% of stall cycles are '{dominant.replace('_', ' ')}' stalls",
@@ -334,7 +334,7 @@ def _warp_stall_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
                                                    "counters (SourceCounters section) for the stalling lines.",)),
         expected_gain="1.5-3x depending on the stall type" if sev == "critical" else "1.2-2x",
         code_example=code, source="ncu",
-    )  # fmt: skip
+    )
 
 
 WARP_STALL = ProfilingTool(
@@ -342,7 +342,7 @@ WARP_STALL = ProfilingTool(
     thresholds={"high": 40.0, "critical": 60.0, "saturated_memory_pct": 60.0, "coalesced_excess": 2.0},
     trigger=_warp_stall_trigger, analyze=_warp_stall_analyze, affinity=ALL_CLASSES,
     description="Dominant warp-stall reason (share of stall cycles, argmax) with a reason-specific fix; 40 %/60 %.",
-)  # fmt: skip
+)
 
 
 # --- 2. barrier_stall -----------------------------------------------------------------------------
@@ -378,7 +378,7 @@ def _barrier_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain="1.2-2x",
         code_example="for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 BARRIER_STALL = ProfilingTool(
@@ -386,7 +386,7 @@ BARRIER_STALL = ProfilingTool(
     thresholds={"high": 30.0, "critical": 50.0},
     trigger=lambda p, th: _barrier_share(p) >= th["high"], analyze=_barrier_analyze, affinity=ALL_CLASSES,
     description="Barrier (__syncthreads) stalls >= 30 % of stall cycles.",
-)  # fmt: skip
+)
 
 
 # --- 3. memory_coalescing -------------------------------------------------------------------------
@@ -445,7 +445,7 @@ def _coalescing_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain=f"up to {min(worst, 8.0):.1f}x less memory traffic on the affected accesses",
         code_example="// strided (bad):  v = x[tid * stride];\n// coalesced:       v = x[blockIdx.x * blockDim.x + tid];",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 MEMORY_COALESCING = ProfilingTool(
@@ -457,7 +457,7 @@ MEMORY_COALESCING = ProfilingTool(
     trigger=_coalescing_trigger, analyze=_coalescing_analyze,
     affinity=frozenset({"memory", "latency", "mixed"}),
     description="Global sectors/request against the ideal for the access width (l1tex sectors/requests, ld and st).",
-)  # fmt: skip
+)
 
 
 # --- 4. vectorization -----------------------------------------------------------------------------
@@ -534,9 +534,9 @@ def _vector_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain="1.5-4x on memory-bound elementwise kernels (4x fewer load instructions)",
         code_example=("# Triton\nBLOCK_SIZE, num_warps = 1024, 4\n"
-                      "// CUDA\nfloat4 a = reinterpret_cast<const float4*>(x)[i]; // i < n/4"),  # fmt: skip
+                      "// CUDA\nfloat4 a = reinterpret_cast<const float4*>(x)[i]; // i < n/4"),
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 VECTORIZATION = ProfilingTool(
@@ -546,7 +546,7 @@ VECTORIZATION = ProfilingTool(
     trigger=lambda p, th: _vector_evidence(p, th) is not None, analyze=_vector_analyze,
     affinity=frozenset({"memory", "latency", "mixed"}),
     description="32-bit global loads where 128-bit ones fit (sectors/request ~4, SASS LDG widths).",
-)  # fmt: skip
+)
 
 
 # --- 5. occupancy ---------------------------------------------------------------------------------
@@ -567,7 +567,7 @@ def _occupancy_facts(p: Profile) -> dict[str, float | str]:
         "achieved_occupancy_pct": num(k, ACHIEVED_OCC), "theoretical_occupancy_pct": float(theoretical),
         "limiter": limiter, "blocks_per_sm": limits[binding[0]], "warps_per_block": warps_per_block,
         **{f"limit_{n}_blocks": v for n, v in limits.items()},
-    }  # fmt: skip
+    }
     for name, label in ((REGS, "registers_per_thread"), (WAVES, "waves_per_sm")):
         v = k.get(name)
         if v is not None:
@@ -626,7 +626,7 @@ def _occupancy_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         title = f"Occupancy capped at {theo:.0f}% by {limiter.replace('_', ' ')} ({f['blocks_per_sm']:.0f} blocks/SM)"
         cause = (f"The {limiter.replace('_', ' ')} limit lets only {f['blocks_per_sm']:.0f} blocks of "
                  f"{f['warps_per_block']:.0f} warps onto an SM ({theo:.0f}% of its 64 warp slots), so there are "
-                 "too few warps to hide memory and pipeline latency.")  # fmt: skip
+                 "too few warps to hide memory and pipeline latency.")
         recs = tuple(r for n in limiter.split("+") for r in _LIMITER_RECS.get(n, ())) + (
             "Alternatively increase per-warp ILP (several independent accumulators) if the lower occupancy is deliberate.",
         )
@@ -657,7 +657,7 @@ def _occupancy_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     return Finding(tool="occupancy", severity=sev, title=title, evidence=f, root_cause=cause,
                    recommendations=recs, expected_gain=gain,
                    code_example="__global__ void __launch_bounds__(256, 2) k(...)" if "registers" in limiter else None,
-                   source="ncu")  # fmt: skip
+                   source="ncu")
 
 
 OCCUPANCY = ProfilingTool(
@@ -666,7 +666,7 @@ OCCUPANCY = ProfilingTool(
     trigger=lambda p, th: _occupancy_problem(p, th) is not None, analyze=_occupancy_analyze,
     affinity=ALL_CLASSES,
     description="Theoretical/achieved occupancy and the binding launch__occupancy_limit_*.",
-)  # fmt: skip
+)
 
 
 # --- 6. high_register_usage (Listing 2) -----------------------------------------------------------
@@ -699,7 +699,7 @@ def _regs_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain="2-10x if it eliminates spilling; otherwise from the occupancy regained",
         code_example="__global__ void __launch_bounds__(256, 2) kernel(...);",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 HIGH_REGISTER_USAGE = ProfilingTool(
@@ -707,7 +707,7 @@ HIGH_REGISTER_USAGE = ProfilingTool(
     thresholds={"warning": 96.0, "critical": 128.0},
     trigger=lambda p, th: num(_main(p), REGS, 32.0) >= th["warning"], analyze=_regs_analyze,
     affinity=ALL_CLASSES, description="Registers per thread >= 96 (medium) / >= 128 (high), Listing 2.",
-)  # fmt: skip
+)
 
 
 # --- 7. shared_bank_conflicts ---------------------------------------------------------------------
@@ -766,7 +766,7 @@ def _bank_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain=f"up to {ev['avg_ways']:.1f}x on shared-memory-bound phases",
         code_example="__shared__ float tile[32][33];  // +1 padding: column reads hit 32 banks",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 SHARED_BANK_CONFLICTS = ProfilingTool(
@@ -775,7 +775,7 @@ SHARED_BANK_CONFLICTS = ProfilingTool(
     trigger=lambda p, th: (r := bank_conflict_share(_main(p))) is not None and r[0] >= th["medium"],
     analyze=_bank_analyze, affinity=ALL_CLASSES,
     description="l1tex shared-memory bank conflicts as a share of shared wavefronts (>= 10/25/50 %).",
-)  # fmt: skip
+)
 
 
 # --- 8. tensor_core_underutilization --------------------------------------------------------------
@@ -829,7 +829,7 @@ def _tensor_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain="3-15x on the matmul portion",
         code_example="acc = tl.dot(a_tile, b_tile, acc)  # Triton: tensor cores (wgmma on sm_90a)",
         source="ncu",
-    )  # fmt: skip
+    )
 
 
 TENSOR_CORE_UNDERUTILIZATION = ProfilingTool(
@@ -838,8 +838,8 @@ TENSOR_CORE_UNDERUTILIZATION = ProfilingTool(
     trigger=lambda p, th: _tensor_evidence(p, th) is not None, analyze=_tensor_analyze,
     affinity=frozenset({"compute", "mixed"}),
     description="Tensor pipe utilisation < 10 % on a compute-bound, FFMA-heavy kernel.",
-)  # fmt: skip
+)
 
 
 TOOLS = (WARP_STALL, BARRIER_STALL, MEMORY_COALESCING, VECTORIZATION, OCCUPANCY, HIGH_REGISTER_USAGE,
-         SHARED_BANK_CONFLICTS, TENSOR_CORE_UNDERUTILIZATION)  # fmt: skip
+         SHARED_BANK_CONFLICTS, TENSOR_CORE_UNDERUTILIZATION)

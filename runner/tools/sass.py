@@ -66,7 +66,7 @@ def _tc_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         return None
     s = _sass(p)
     ev: dict[str, Any] = {"arch": s.arch, **{f: s.count(f) for f in (*TC_FAMILIES, "FFMA", "total")},
-                          "uses_cublas": s.uses_cublas}  # fmt: skip
+                          "uses_cublas": s.uses_cublas}
     if case == "hmma_on_hopper":
         return Finding(
             tool="tensor_core_generation", severity="high",
@@ -86,7 +86,7 @@ def _tc_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
             expected_gain="1.3-1.5x on the matmul",
             code_example="triton.Config({'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64}, num_warps=8, num_stages=3)",
             source="sass",
-        )  # fmt: skip
+        )
     return Finding(
         tool="tensor_core_generation", severity="high",
         title=f"No tensor-core instructions; {s.count('FFMA')} FFMA ({ev['FFMA'] / max(s.count('total'), 1) * 100:.0f}% "
@@ -102,7 +102,7 @@ def _tc_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain="3-15x on the matmul portion",
         code_example="acc += tl.dot(a, b)  # instead of tl.sum(a[:, :, None] * b[None, :, :], axis=1)",
         source="sass",
-    )  # fmt: skip
+    )
 
 
 TENSOR_CORE_GENERATION = ProfilingTool(
@@ -111,7 +111,7 @@ TENSOR_CORE_GENERATION = ProfilingTool(
     trigger=lambda p, th: _tc_case(p, th) is not None, analyze=_tc_analyze,
     affinity=frozenset({"compute", "mixed", "latency"}),
     description="Which tensor-core generation SASS emits: HMMA without wgmma on Hopper; FFMA loops with none.",
-)  # fmt: skip
+)
 
 
 # --- 2. register_spills (RegisterSpillDetector) ---------------------------------------------------
@@ -140,7 +140,7 @@ def spill_cases(
         ev["memory_throughput_pct"] = float(memory)
     # A: latency-bound - spills add latency while neither roof is saturated.
     if ls is not None and compute is not None and memory is not None and ls > th["a_long_scoreboard_pct"] \
-            and compute < th["a_throughput_pct"] and memory < th["a_throughput_pct"]:  # fmt: skip
+            and compute < th["a_throughput_pct"] and memory < th["a_throughput_pct"]:
         cases["A"] = (
             "latency-bound: long-scoreboard stalls while neither compute nor memory is saturated"
         )
@@ -190,7 +190,7 @@ def _spill_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     if judged is None:
         sev = "medium"
         cause = ("The binary stores and reloads registers through local memory (thread-private DRAM, cached in L1/L2); "
-                 "no ncu counters were collected, so whether the spills cost time is not known.")  # fmt: skip
+                 "no ncu counters were collected, so whether the spills cost time is not known.")
     else:
         cases, more = judged
         ev.update(more)
@@ -218,7 +218,7 @@ def _spill_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         expected_gain="2-10x if spilling is eliminated" if cases else "up to 2x, depending on spill frequency",
         code_example="__global__ void __launch_bounds__(128, 4) kernel(...);  // nvcc -Xptxas -v",
         source="sass",
-    )  # fmt: skip
+    )
 
 
 REGISTER_SPILLS = ProfilingTool(
@@ -227,7 +227,7 @@ REGISTER_SPILLS = ProfilingTool(
                 "b_local_ratio_pct": 30.0, "c_issue_active_pct": 30.0, "c_eligible_warps": 0.6},
     trigger=lambda p, th: sum(_spill_counts(p)) > 0, analyze=_spill_analyze, affinity=ALL_CLASSES,
     description="STL/LDL spills in SASS, judged harmful by the paper's cases A/B/C when ncu counters exist.",
-)  # fmt: skip
+)
 
 
 TOOLS = (TENSOR_CORE_GENERATION, REGISTER_SPILLS)

@@ -58,7 +58,7 @@ def _host_bound(t: Timeline, th: Mapping[str, float]) -> Finding:
         ),
         expected_gain=f"up to {speedup:.2f}x for callers that launch back to back (1 / (1 - {pct:.3g} %))",
         source="timeline",
-    )  # fmt: skip
+    )
 
 
 def _launch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
@@ -87,9 +87,9 @@ def _launch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"up to {speedup:.2f}x (1 / (1 - {pct:.0f}%))",
         code_example=("g = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n    out = fn(*args)\n"
-                      "g.replay()  # per call"),  # fmt: skip
+                      "g.replay()  # per call"),
         source="timeline",
-    )  # fmt: skip
+    )
 
 
 LAUNCH_OVERHEAD = ProfilingTool(
@@ -103,7 +103,7 @@ LAUNCH_OVERHEAD = ProfilingTool(
     analyze=_launch_analyze,
     affinity=ALL_CLASSES, description="Wall time not covered by kernels > 20 %/40 % over several launches "
                                       "(CUDA graphs, fusion); > 50 % for one launch (host-side Python); est. 1/(1-p).",
-)  # fmt: skip
+)
 
 
 # --- 2. kernel_count_fusion -----------------------------------------------------------------------
@@ -132,7 +132,7 @@ def _fusion_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"up to {n}x fewer launches and no round-trips of intermediates through DRAM",
         source="timeline",
-    )  # fmt: skip
+    )
 
 
 KERNEL_COUNT_FUSION = ProfilingTool(
@@ -140,7 +140,7 @@ KERNEL_COUNT_FUSION = ProfilingTool(
     thresholds={"medium": 2, "high": 4},
     trigger=lambda p, th: _tl(p).kernel_launches >= th["medium"], analyze=_fusion_analyze,
     affinity=ALL_CLASSES, description="Several kernels per call -> fuse them (names the kernels).",
-)  # fmt: skip
+)
 
 
 # --- 3. synchronization ---------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def _sync_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain="removes one GPU pipeline drain (~5-20 us) per sync",
         source="timeline",
-    )  # fmt: skip
+    )
 
 
 SYNCHRONIZATION = ProfilingTool(
@@ -174,7 +174,7 @@ SYNCHRONIZATION = ProfilingTool(
     thresholds={"medium": 1, "high": 3},
     trigger=lambda p, th: _tl(p).syncs >= th["medium"], analyze=_sync_analyze,
     affinity=ALL_CLASSES, description="Device/stream synchronisations per call > 0.",
-)  # fmt: skip
+)
 
 
 # --- 4. gaps --------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def _gaps_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain=f"up to {1 / max(1 - share / 100.0, 0.01):.2f}x if the gaps close",
         source="timeline",
-    )  # fmt: skip
+    )
 
 
 GAPS = ProfilingTool(
@@ -220,7 +220,7 @@ GAPS = ProfilingTool(
     thresholds={"min_pct": 5.0, "medium_pct": 10.0, "high_pct": 30.0},
     trigger=lambda p, th: _tl(p).gaps >= 1 and _gap_pct(_tl(p)) >= th["min_pct"], analyze=_gaps_analyze,
     affinity=ALL_CLASSES, description="Idle gaps between kernels above max(1 % of wall, 5 us), together >= 5 % of the call.",
-)  # fmt: skip
+)
 
 
 # --- 5. host_device_copies ------------------------------------------------------------------------
@@ -252,7 +252,7 @@ def _copies_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         ),
         expected_gain="removes the copy time and, for D2H, a pipeline drain per call",
         source="timeline",
-    )  # fmt: skip
+    )
 
 
 HOST_DEVICE_COPIES = ProfilingTool(
@@ -260,7 +260,7 @@ HOST_DEVICE_COPIES = ProfilingTool(
     thresholds={"high_bytes": float(1 << 20)},
     trigger=lambda p, th: _copies(_tl(p)) >= 1, analyze=_copies_analyze,
     affinity=ALL_CLASSES, description="Host<->device memcpy per call.",
-)  # fmt: skip
+)
 
 
 TOOLS = (LAUNCH_OVERHEAD, KERNEL_COUNT_FUSION, SYNCHRONIZATION, GAPS, HOST_DEVICE_COPIES)
