@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpro.runner.evaluator import EvalSettings, evaluate, reference_ready
-from kernelpro.runner.profile import Timeline
+from kernelpro.runner.evidence import Timeline
 from kernelpro.runner.profiler import ProfileSettings, profile_candidate, start_standby
 from kernelpro.runner.roofline import analyze_reference, default_ceilings
 from kernelpro.runner.target import Tolerance
@@ -119,7 +119,7 @@ def ncu_import(module: str) -> None:
     import subprocess
     import sys
 
-    from kernelpro.runner.profile.ncu import find_ncu
+    from kernelpro.runner.evidence.ncu import find_ncu
 
     cuda = "import torch; torch.zeros(1, device='cuda'); "
     timed = f"t = time.perf_counter(); import {module}; print(f'IMPORT {{time.perf_counter() - t:.2f}}'); "

@@ -24,10 +24,10 @@ from typing import Any
 from kernelpro.runner.candidate import Candidate
 from kernelpro.runner.config import load_config
 from kernelpro.runner.evaluator import Outcome, Timing, WorkloadResult
+from kernelpro.runner.evidence import Profile
+from kernelpro.runner.evidence.ncu import parse_csv
+from kernelpro.runner.evidence.sass import parse_sass
 from kernelpro.runner.optimize import RunSettings
-from kernelpro.runner.profile import Profile
-from kernelpro.runner.profile.ncu import parse_csv
-from kernelpro.runner.profile.sass import parse_sass
 from kernelpro.runner.programmers import Context
 from kernelpro.runner.programmers.llm import build_messages, toolbox
 from kernelpro.runner.roofline import analyze_reference, default_ceilings

@@ -23,10 +23,10 @@ from kernelpro.pipeline import Request
 from kernelpro.runner import confinement, reaper
 from kernelpro.runner.config import ConfigError, load_config
 from kernelpro.runner.evaluator import EvalSettings, evaluate, traces
-from kernelpro.runner.profile import Profile
-from kernelpro.runner.profile import ncu as ncu_report
-from kernelpro.runner.profile.sass import SassError, disassemble, parse_sass, uses_cublas
-from kernelpro.runner.profile.timeline import summarize
+from kernelpro.runner.evidence import Profile
+from kernelpro.runner.evidence import ncu as ncu_report
+from kernelpro.runner.evidence.sass import SassError, disassemble, parse_sass, uses_cublas
+from kernelpro.runner.evidence.timeline import summarize
 from kernelpro.runner.programmers import REGISTRY, PluginError
 from kernelpro.runner.roofline import measured_class
 from kernelpro.runner.sandbox import SandboxError

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .profile import KernelProfile, Profile
+from .evidence import KernelProfile, Profile
 from .toolkit import first_visible_gpu
 
 ENERGY_MODES = ("off", "passive", "active")
@@ -848,7 +848,7 @@ class ProxyEnergy:
 
 
 def _kernel_proxy(profile: Profile, k: KernelProfile) -> ProxyEnergy | None:
-    from .tools.ncu import (
+    from .tools.counters import (
         GLD_SECTORS,
         INST_EXECUTED,
         LOCAL_LD_SECTORS,

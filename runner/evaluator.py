@@ -111,7 +111,7 @@ class Outcome:
     phases: Mapping[str, float] = field(default_factory=dict)
     """Seconds by stage inside the child: startup (imports, CUDA init), verify, time."""
     timeline: Mapping[str, Any] | None = None
-    """Launch timeline summary (runner.profile.Timeline fields) when it was asked for, or {'error': ...}."""
+    """Launch timeline summary (runner.evidence.Timeline fields) when it was asked for, or {'error': ...}."""
     timestamp: str = ""
     """When it finished (ISO 8601, UTC)."""
     warnings: tuple[str, ...] = ()

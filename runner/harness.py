@@ -1018,7 +1018,7 @@ def _memcheck(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> di
 
 
 def _timeline(fn: Callable[..., Any], req: Mapping[str, Any], device: str) -> dict[str, Any]:
-    from kernelpro.runner.profile.timeline import record
+    from kernelpro.runner.evidence.timeline import record
 
     call = _one_call(fn, req, device)
     with torch.no_grad():
@@ -1111,7 +1111,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
             try:
                 from dataclasses import asdict
 
-                from kernelpro.runner.profile.timeline import summarize
+                from kernelpro.runner.evidence.timeline import summarize
 
                 largest = max(req["workloads"], key=lambda w: sum(w["axes"].values()))
                 data = _timeline(fn, {**req, "workloads": [largest]}, device)

@@ -36,6 +36,7 @@ from .energy import (
     timing_noise,
 )
 from .evaluator import EVALUATOR_VERSION, Outcome, evaluate, reference_ready, traces
+from .evidence import Profile, Timeline
 from .forkserver import cool
 from .gate import gate as final_gate
 from .gate import versus_base
@@ -44,7 +45,6 @@ from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
 from .preload import start as start_warm
-from .profile import Profile, Timeline
 from .profiler import profile_candidate, start_standby
 from .programmers import Context, PluginError, Programmer, usage
 from .report import NOTHING_PROPOSED, render_report, summary

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .evaluator import EvalSettings, _request
-from .profile import KernelProfile, Profile, SassStats, Timeline
+from .evidence import KernelProfile, Profile, SassStats, Timeline
 from .sandbox import run_child
 from .standby import NcuStandby, imports_of
 from .target import Tolerance
@@ -45,7 +45,7 @@ class ProfileSettings:
 def start_standby(solution: Solution, ps: ProfileSettings) -> NcuStandby | None:
     """A standby for the next ncu profile of ``solution``'s target (its entry file's imports
     preloaded), or None where ncu is off, missing or standbys are turned off."""
-    from .profile.ncu import find_ncu
+    from .evidence.ncu import find_ncu
 
     ncu = find_ncu() if ps.ncu and ps.standby else None
     return NcuStandby(ncu, imports_of(solution), timeout_s=ps.timeout_s) if ncu is not None else None
@@ -80,7 +80,7 @@ def merge_cache(src: Path, dst: Path) -> int:
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
          ps: ProfileSettings, cache: Path, stages: dict[str, float],
          standby: NcuStandby | None = None) -> tuple[list, list[str]]:
-    from .profile.ncu import NCU_MISSING, find_ncu, notes_for, parse_csv, raw_csv_wrapper
+    from .evidence.ncu import NCU_MISSING, find_ncu, notes_for, parse_csv, raw_csv_wrapper
 
     ncu = find_ncu()
     if ncu is None:
@@ -151,7 +151,7 @@ def _disassemble_all(cache: Path, into: dict[Path, str]) -> None:
     cubins ran is known only after it); a failure here is met again, and reported, in _sass."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .profile.sass import SassError, disassemble, find_cuobjdump, triton_cubins
+    from .evidence.sass import SassError, disassemble, find_cuobjdump, triton_cubins
 
     tool, cubins = find_cuobjdump(), triton_cubins(cache)
     if tool is None or not cubins:
@@ -166,7 +166,7 @@ def _disassemble_all(cache: Path, into: dict[Path, str]) -> None:
 
 
 def _sass(cache: Path, kernels: Sequence[KernelProfile], ready: Mapping[Path, str]) -> tuple[SassStats | None, list[str]]:
-    from .profile.sass import SassError, disassemble, find_cuobjdump, launched_cubins, parse_sass
+    from .evidence.sass import SassError, disassemble, find_cuobjdump, launched_cubins, parse_sass
 
     cubins = launched_cubins(cache, [(k.name, k.block[0] * k.block[1] * k.block[2]) for k in kernels])
     if not cubins:
@@ -182,7 +182,7 @@ def _sass(cache: Path, kernels: Sequence[KernelProfile], ready: Mapping[Path, st
 
 def _timeline(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
               ps: ProfileSettings, cache: Path, stages: dict[str, float]) -> tuple[Timeline | None, list[str]]:
-    from .profile.timeline import summarize
+    from .evidence.timeline import summarize
 
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "timeline"}
     child = run_child(req, timeout_s=ps.timeout_s, device="cuda", cache_dir=cache)

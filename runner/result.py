@@ -14,7 +14,7 @@ from .basebranch import BaseComparison
 from .candidate import Candidate
 from .energy import EnergyOutcome
 from .evaluator import EvalSettings
-from .profile import Profile
+from .evidence import Profile
 from .profiler import ProfileSettings
 from .roofline import ReferenceAnalysis
 from .search import Scored

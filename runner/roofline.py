@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kernelpro.schema import Ceilings as WireCeilings
 
-from .profile import KernelProfile, Profile, Work
+from .evidence import KernelProfile, Profile, Work
 from .trace import Definition, Workload
 
 # Ceilings measured on the H200 of the GPU machine (corpus.md, 2026-11-29): device-to-device copy

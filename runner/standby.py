@@ -64,7 +64,7 @@ class NcuStandby:
                  heartbeat_s: float = 30.0, isolate: bool = True) -> None:
         """``ncu``: the ncu to run under; ``timeout_s`` limits the profile once its request is given,
         ``wait_s`` the wait for one."""
-        from .profile.ncu import raw_csv_wrapper
+        from .evidence.ncu import raw_csv_wrapper
 
         self.dir = Path(tempfile.mkdtemp(prefix="kernelpro-standby-"))
         self.cache = self.dir / "triton-cache"

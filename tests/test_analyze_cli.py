@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kernelpro.cli import main
-from kernelpro.runner.profile.sass import find_cuobjdump
+from kernelpro.runner.evidence.sass import find_cuobjdump
 from kernelpro.runner.tools import registry
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
@@ -177,7 +177,7 @@ def test_analyze_ncu_rep_without_ncu_exits_2_with_the_fix(capsys: pytest.Capture
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
     monkeypatch.setattr(
-        "kernelpro.runner.profile.ncu.find_ncu", lambda: None
+        "kernelpro.runner.evidence.ncu.find_ncu", lambda: None
     )  # nor in /usr/local/cuda
     rep = tmp_path / "x.ncu-rep"
     rep.write_bytes(b"\0")

@@ -338,7 +338,7 @@ def test_harness_reports_compile_errors_and_missing_constants(repo: Path, tmp_pa
 
 @needs_nvcc
 def test_sass_of_the_built_cubin(tmp_path: Path) -> None:
-    from kernelpro.runner.profile.sass import find_cuobjdump, sass_stats, triton_cubins
+    from kernelpro.runner.evidence.sass import find_cuobjdump, sass_stats, triton_cubins
 
     if find_cuobjdump() is None:
         pytest.skip("no cuobjdump")
@@ -464,7 +464,7 @@ def _nvrtc() -> str | None:
 
 @pytest.mark.skipif(_nvrtc() is None, reason="needs libnvrtc (a CUDA toolkit or the nvidia-cuda-nvrtc wheel)")
 def test_nvrtc_builds_cubins_into_the_same_cache(tmp_path: Path) -> None:
-    from kernelpro.runner.profile.sass import find_cuobjdump, sass_stats
+    from kernelpro.runner.evidence.sass import find_cuobjdump, sass_stats
 
     inc = '#include "tile.cuh"\n' + KERNEL.replace("#define VEC 1 ", "#define VEC TILE_VEC ")
     sources = {"k/k.cu": inc, "k/tile.cuh": "#pragma once\n#define TILE_VEC 4\n"}

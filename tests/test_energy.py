@@ -37,9 +37,9 @@ from kernelpro.runner.energy import (
     summarize,
     timing_noise,
 )
-from kernelpro.runner.profile import Profile
-from kernelpro.runner.profile.ncu import parse_csv
-from kernelpro.runner.profile.sass import parse_sass
+from kernelpro.runner.evidence import Profile
+from kernelpro.runner.evidence.ncu import parse_csv
+from kernelpro.runner.evidence.sass import parse_sass
 from kernelpro.runner.trace import BuildSpec, Definition, Solution, SourceFile, Workload
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -551,7 +551,7 @@ def test_the_fast_division_compiles_to_far_fewer_instructions() -> None:
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
 
-    from kernelpro.runner.profile.sass import find_cuobjdump
+    from kernelpro.runner.evidence.sass import find_cuobjdump
 
     counts = {}
     for v in ("ieee", "fast"):

@@ -125,7 +125,7 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     sol = Solution("poor", d.name, "t", BuildSpec("triton", ("cuda",), "kernels/swiglu.py::swiglu",
                    destination_passing_style=False), (SourceFile("kernels/swiglu.py", src),))
     from kernelpro.runner.evaluator import evaluate
-    from kernelpro.runner.profile import Timeline
+    from kernelpro.runner.evidence import Timeline
     from kernelpro.runner.target import Tolerance
 
     w = [Workload.make(d, {"M": 4096})]

@@ -142,8 +142,8 @@ KEPT = {
     ("runner/harness.py", "KERNELPRO_CHANNEL"),
     # Where the CUDA toolkit's tools are, looked up next to PATH and CUDA_HOME at the point of use (the
     # loop's profiler and memcheck); carrying them from Settings needs the loop's settings to hold them.
-    ("runner/profile/ncu.py", "KERNELPRO_NCU"),
-    ("runner/profile/sass.py", "KERNELPRO_CUOBJDUMP"),
+    ("runner/evidence/ncu.py", "KERNELPRO_NCU"),
+    ("runner/evidence/sass.py", "KERNELPRO_CUOBJDUMP"),
     ("runner/memcheck.py", "KERNELPRO_COMPUTE_SANITIZER"),
 }
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.runner.profile import KernelProfile, Profile
-from kernelpro.runner.profile.ncu import (
+from kernelpro.runner.evidence import KernelProfile, Profile
+from kernelpro.runner.evidence.ncu import (
     ALIASES,
     DERIVED,
     MEMORY_DEPENDENCY_STALL,

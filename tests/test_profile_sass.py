@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.runner.profile import SassStats
-from kernelpro.runner.profile.sass import (
+from kernelpro.runner.evidence import SassStats
+from kernelpro.runner.evidence.sass import (
     FAMILIES,
     SassError,
     disassemble,
@@ -262,7 +262,7 @@ def test_uses_cublas_on_a_library_linked_with_cublas(tmp_path: Path) -> None:
 def test_only_the_cubins_of_the_kernels_that_ran_are_disassembled(tmp_path: Path) -> None:
     """An autotuned kernel leaves one cubin per config it tried; ncu names the launch that ran
     (name, threads per block), and only that config's cubin describes the candidate."""
-    from kernelpro.runner.profile.sass import launched_cubins
+    from kernelpro.runner.evidence.sass import launched_cubins
 
     def cubin(folder: str, name: str, warps: int) -> Path:
         d = tmp_path / folder
@@ -284,7 +284,7 @@ def test_the_profiler_disassembles_early_and_keeps_only_the_launched_config(buil
     """Every cubin is disassembled while the ncu child runs; the SASS judged is the launched one's."""
     import shutil
 
-    from kernelpro.runner.profile import KernelProfile
+    from kernelpro.runner.evidence import KernelProfile
     from kernelpro.runner.profiler import _disassemble_all, _sass
 
     for folder, name in (("A", "float4_loads"), ("B", "spill_local")):

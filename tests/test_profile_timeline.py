@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.runner.profile import Timeline
-from kernelpro.runner.profile.timeline import (
+from kernelpro.runner.evidence import Timeline
+from kernelpro.runner.evidence.timeline import (
     CALL_MARKER,
     events_from_chrome_trace,
     gap_threshold_us,

@@ -17,9 +17,9 @@ import pytest
 from fake_openai import API_KEY, MODEL, FakeOpenAI, NetworkGuard, calls, error, ok
 from test_llm import ENTRY, answer, parent_of, variant
 
-from kernelpro.runner.profile import Profile
-from kernelpro.runner.profile.ncu import parse_csv
-from kernelpro.runner.profile.sass import parse_sass
+from kernelpro.runner.evidence import Profile
+from kernelpro.runner.evidence.ncu import parse_csv
+from kernelpro.runner.evidence.sass import parse_sass
 from kernelpro.runner.programmers import Context, PluginError
 from kernelpro.runner.programmers.llm import (
     LIST_METRICS,

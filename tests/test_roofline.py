@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelpro.runner.profile import KernelProfile, Profile
+from kernelpro.runner.evidence import KernelProfile, Profile
 from kernelpro.runner.roofline import (
     Ceilings,
     FormulaError,

@@ -21,8 +21,8 @@ import kernelpro.runner.memcheck as memcheck_mod
 import kernelpro.runner.optimize as loop
 from kernelpro.cli import main
 from kernelpro.runner.evaluator import EvalSettings, Outcome
+from kernelpro.runner.evidence import Profile
 from kernelpro.runner.optimize import RunSettings, optimize
-from kernelpro.runner.profile import Profile
 from kernelpro.runner.programmers.tuner import Tuner
 from kernelpro.runner.target import Budget
 

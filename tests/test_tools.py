@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.runner.profile import KernelProfile, Profile, SassStats, Timeline
-from kernelpro.runner.profile.ncu import parse_csv
-from kernelpro.runner.profile.sass import parse_sass
-from kernelpro.runner.profile.timeline import load_events, summarize
+from kernelpro.runner.evidence import KernelProfile, Profile, SassStats, Timeline
+from kernelpro.runner.evidence.ncu import parse_csv
+from kernelpro.runner.evidence.sass import parse_sass
+from kernelpro.runner.evidence.timeline import load_events, summarize
 from kernelpro.runner.tools import (
     ALL_CLASSES,
     CLASSES,
@@ -37,7 +37,7 @@ from kernelpro.runner.tools import (
     registry,
     run_tools,
 )
-from kernelpro.runner.tools import ncu as ncu_tools
+from kernelpro.runner.tools import counters as ncu_tools
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 LS = ncu_tools.stall_metric("long_scoreboard")

@@ -22,10 +22,10 @@ import pytest
 from test_optimize import _kernel_repo
 
 from kernelpro.cli import main
-from kernelpro.runner.profile import KernelProfile, Profile, Timeline, Work
-from kernelpro.runner.profile.ncu import parse_csv
-from kernelpro.runner.profile.sass import parse_sass
-from kernelpro.runner.profile.timeline import load_events, summarize
+from kernelpro.runner.evidence import KernelProfile, Profile, Timeline, Work
+from kernelpro.runner.evidence.ncu import parse_csv
+from kernelpro.runner.evidence.sass import parse_sass
+from kernelpro.runner.evidence.timeline import load_events, summarize
 from kernelpro.runner.report import _env, outcome, pct, stage1_json
 from kernelpro.runner.roofline import (
     ReferenceAnalysis,

@@ -38,7 +38,7 @@ class Context:
     memory: str = ""
     """The run's search memory, rendered for a prompt (empty when memory is off)."""
     profile: Any = None
-    """The parent's Profile (runner.profile.Profile), or its nearest profiled ancestor's; None when unprofiled."""
+    """The parent's Profile (runner.evidence.Profile), or its nearest profiled ancestor's; None when unprofiled."""
     tool_mode: str = "proactive"
     """How the tools' evidence reaches a model: proactive (findings in the prompt) | reactive (offered as
     function calls that the model chooses from; the llm programmer then leaves `feedback` out)."""

@@ -53,7 +53,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from kernelpro.templates import environment
 
 from ..candidate import Candidate
-from ..profile import Profile
+from ..evidence import Profile
 from ..search import Scored
 from ..tools import ALL_CLASSES, CLASSES, Analysis, ProfilingTool, registry, render
 from ..trace import Solution, SourceFile

@@ -17,7 +17,7 @@ from typing import Any
 
 from kernelpro.schema import SEVERITIES
 
-from ..profile import Profile
+from ..evidence import Profile
 from ..roofline import ReferenceAnalysis
 
 CLASSES = ("compute", "memory", "latency", "mixed")
@@ -99,10 +99,10 @@ class ProfilingTool:
 
 
 def _builtin() -> tuple[ProfilingTool, ...]:
-    from . import bound, energy, ncu, sass, timeline
+    from . import binary, bound, counters, energy_only, host
 
     # bound's tools first: the two Stage 1 views disagreeing is the first thing to say (the sort is stable).
-    return (*bound.TOOLS, *ncu.TOOLS, *sass.TOOLS, *timeline.TOOLS, *energy.TOOLS)
+    return (*bound.TOOLS, *counters.TOOLS, *binary.TOOLS, *host.TOOLS, *energy_only.TOOLS)
 
 
 class ToolError(ValueError):

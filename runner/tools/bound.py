@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..profile import KernelProfile, Profile, Work
+from ..evidence import KernelProfile, Profile, Work
 from ..roofline import current_bound
 from . import ALL_CLASSES, Finding, ProfilingTool
-from .ncu import (
+from .counters import (
     ACHIEVED_OCC,
     BLOCK_SIZE,
     ELIGIBLE,

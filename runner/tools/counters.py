@@ -7,14 +7,14 @@ Every metric name here is the canonical sm_90 name and was checked against the H
 ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`` family, turned into a share of
 all stall cycles (reason / sum of reasons * 100) so that thresholds in percent apply.
 
-The helpers at the top are shared with ``energy.py`` and ``sass.py``.
+The helpers at the top are shared with ``energy_only.py``, ``binary.py`` and ``bound.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..profile import KernelProfile, Profile
+from ..evidence import KernelProfile, Profile
 from . import ALL_CLASSES, Finding, ProfilingTool
 
 # --- metric names (sm_90) -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from ..profile import Profile, Timeline
+from ..evidence import Profile, Timeline
 from . import ALL_CLASSES, Finding, ProfilingTool
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..profile import Profile, SassStats
+from ..evidence import Profile, SassStats
 from . import ALL_CLASSES, Finding, ProfilingTool
-from .ncu import (
+from .counters import (
     DRAM_THROUGHPUT,
     ELIGIBLE,
     GLD_SECTORS,

@@ -6,7 +6,7 @@ Two halves, so the arithmetic is testable without a GPU:
   named :data:`CALL_MARKER` and followed (outside the range) by a device synchronize, exports the
   Chrome trace (the stable format) and returns its events as plain dicts.
 - :func:`summarize` turns such an event list (recorded, loaded from a fixture, or synthetic) into a
-  per-call :class:`~kernelpro.runner.profile.Timeline`.
+  per-call :class:`~kernelpro.runner.evidence.Timeline`.
 
 Event dict: ``{"name", "cat", "ts_us", "dur_us", "args"?}``. ``cat`` is Kineto's: ``kernel``,
 ``gpu_memcpy``, ``gpu_memset``, ``cuda_runtime``, ``cuda_driver``, ``cpu_op``, and

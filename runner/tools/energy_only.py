@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..profile import KernelProfile, Profile
+from ..evidence import KernelProfile, Profile
 from . import ALL_CLASSES, Finding, ProfilingTool
-from .ncu import (
+from .binary import REGISTER_SPILLS, spill_cases
+from .counters import (
     BANK_LD,
     BANK_ST,
     BLOCK_SIZE,
@@ -35,7 +36,6 @@ from .ncu import (
     stall_metric,
     stall_shares,
 )
-from .sass import REGISTER_SPILLS, spill_cases
 
 PJ_EXCESS_SECTOR = 100.0
 PJ_LOCAL_SECTOR = 80.0

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelpro.runner import confinement
-from kernelpro.runner.profile import SassStats
+from kernelpro.runner.evidence import SassStats
 
 __all__ = [
     "FAMILIES",

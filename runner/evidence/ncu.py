@@ -22,7 +22,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from kernelpro.runner.profile import KernelProfile
+from kernelpro.runner.evidence import KernelProfile
 
 __all__ = [
     "ALIASES",
@@ -438,7 +438,7 @@ def notes_for(output: str, returncode: int) -> list[str]:
     if unknown:
         notes.append(
             f"ncu does not know metric(s) {', '.join(unknown)} on this GPU/ncu version: add a "
-            "per-arch entry in kernelpro.runner.profile.ncu.ALIASES; continuing with SASS and "
+            "per-arch entry in kernelpro.runner.evidence.ncu.ALIASES; continuing with SASS and "
             "timing only"
         )
     for line in output.splitlines():
@@ -506,7 +506,7 @@ def collect(
             notes.append(
                 f"ncu returned n/a for {len(na)} metric(s) on this GPU: {', '.join(na)}; it does "
                 "not know them here (add a per-arch entry in "
-                "kernelpro.runner.profile.ncu.ALIASES); the tools that need them stay quiet"
+                "kernelpro.runner.evidence.ncu.ALIASES); the tools that need them stay quiet"
             )
     if not kernels and not notes:
         regex = f" matching regex:{kernel_regex}" if kernel_regex else ""
