@@ -50,7 +50,7 @@ def _target(workloads: tuple[Workload, ...]) -> Target:
     return Target("swiglu", "triton", (ENTRY,), f"{ENTRY}::swiglu", definition, workloads)
 
 
-def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = False, hold: int = 0) -> dict[str, Any]:
+def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = False, hold: float = 0.0) -> dict[str, Any]:
     base = _target(())
     workloads = tuple(Workload.make(base.definition, {"M": m}, uuid=f"aa-{i}") for i in range(copies))
     target = replace(base, workloads=workloads)
@@ -59,7 +59,7 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
     b = Candidate(_solution("A-copy", source), None, "init", "the same kernel")
     # One verification trial: this part measures the gate's timing path; (c) measures verification.
     rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600, fork_server=fork,
-                                                            hold_cycles=hold))
+                                                            hold_us=hold))
     speedups: list[float] = []
     failures: list[str] = []
     for _ in range(gates):
@@ -73,11 +73,11 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
             "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}
 
 
-def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False, hold: int = 0) -> dict[str, Any]:
+def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False, hold: float = 0.0) -> dict[str, Any]:
     target = _target(())
     w = [Workload.make(target.definition, {"M": m}, uuid=f"rep-{m}")]
     sol = _solution("A", (DEMO / "commit2" / ENTRY).read_text())
-    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600, fork_server=fork, hold_cycles=hold)
+    es = EvalSettings(device=device, trials=1, cache_dir=cache, timeout_s=600, fork_server=fork, hold_us=hold)
     medians, failures = [], []
     for _ in range(runs):
         o = evaluate(target.definition, sol, w, Tolerance(), es)
@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat-runs", type=int, default=10)
     p.add_argument("--throughput-runs", type=int, default=5)
     p.add_argument("--parts", default="aa,repeat,throughput", help="which of aa, repeat, throughput to run")
-    p.add_argument("--hold-cycles", type=int, default=EvalSettings().hold_cycles,
-                   help="GPU cycles spun before each timed call's start event (EvalSettings.hold_cycles)")
+    p.add_argument("--hold-us", type=float, default=EvalSettings().hold_us,
+                   help="microseconds the GPU waits before each timed call's start event (EvalSettings.hold_us)")
     p.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
                    help="fork each child from the fork server (EvalSettings.fork_server, the default); "
                         "--no-fork-server starts a fresh interpreter per child")
@@ -176,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as tmp:
         cache = Path(tmp) / "triton-cache"
         res: dict[str, Any] = {"device": args.device, "tiny": tiny, "fork_server": args.fork_server,
-                               "hold_cycles": args.hold_cycles}
+                               "hold_us": args.hold_us}
         fork = args.fork_server
-        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork, args.hold_cycles)),
-                 ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork, args.hold_cycles)),
+        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork, args.hold_us)),
+                 ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork, args.hold_us)),
                  ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork)))
         chosen = set(args.parts.split(","))
         if chosen - {"aa", "repeat", "throughput"}:

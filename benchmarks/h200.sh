@@ -37,7 +37,8 @@
 #   corpus-d ~2: the FlashInfer rms_norm row; profile-rest ~4: Stage 1/2 and profiling cost of the
 #                    four corpus kernels `measure` leaves out (issue 4)
 #   overhead ~2, replays ~8, kernelbench ~4, pool ~1: issue 8's benchmarks
-#   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17); confine: confinement cost on the GPU (issue 18)
+#   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
+#                    the GPU waiting that many microseconds before each timed call); confine: confinement cost on the GPU (issue 18)
 #   overhead16, overhead16-cold: 16 evaluations of the demo with and without the warm server (issue 22)
 #   order ~2, order-dyt ~2: benchmarks/order.py (head, base, head, ... of a replay); nvml ~1: the A/A test
 set -uo pipefail
@@ -117,7 +118,8 @@ step() {  # one step; its files under $base/$1
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     integrity) KERNELPRO_ARTIFACTS="$out" timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu.py" -k "adversarial or (forged_timings and events)" ;;
-    aa-hold0) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --hold-cycles 0 --out "$out" ;;
+    aa-hold20|aa-hold50|aa-hold100)  # issue 17: the A/A with the GPU's timed wait before each call (EvalSettings.hold_us)
+      timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --hold-us "${1#aa-hold}" --out "$out" ;;
     confine) timeout 300 python3 "$repo/benchmarks/confinement.py" --device cuda --out "$out/confinement.json" ;;
     overhead16) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;
     overhead16-cold) KERNELPRO_WARM_SERVER=0 timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;

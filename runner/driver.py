@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CudaDriverError", "Kernel", "NoGpuError", "load_kernel"]
+__all__ = ["CudaDriverError", "Hold", "Kernel", "NoGpuError", "load_kernel"]
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _DEFAULT_DYNAMIC_SMEM = 48 * 1024  # above this a kernel must opt in (cuFuncSetAttribute)
@@ -74,13 +74,12 @@ def _context(device: int) -> ctypes.c_void_p:
 class Kernel:
     """One loaded kernel function; call ``launch`` with its geometry and packed parameters."""
 
-    def __init__(self, cubin: Path, name: str, device: int = 0) -> None:
+    def __init__(self, image: bytes, name: str, device: int = 0, label: str = "") -> None:
         lib = _driver()
         self.name = name
         self.ctx = _context(device)
         self.module = ctypes.c_void_p()
-        image = Path(cubin).read_bytes()
-        _check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(image)), f"cuModuleLoadData({cubin.name})")
+        _check(lib.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(image)), f"cuModuleLoadData({label or name})")
         self.function = ctypes.c_void_p()
         _check(lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()),
                f"cuModuleGetFunction({name!r}) (is the kernel extern \"C\" and __global__?)")
@@ -109,4 +108,42 @@ class Kernel:
 def load_kernel(cubin: Path, name: str, device: int = 0) -> Kernel:
     """Load ``name`` from a cubin into ``device``'s primary context. Raises NoGpuError without a
     driver, CudaDriverError when the driver refuses (wrong architecture, missing symbol)."""
-    return Kernel(cubin, name, device)
+    _driver()  # no driver is the error to report, before any file
+    return Kernel(Path(cubin).read_bytes(), name, device, Path(cubin).name)
+
+
+# Spins until the GPU's global timer (nanoseconds, independent of the SM clock) has advanced by its
+# argument. PTX, so the driver compiles it for whatever GPU it runs on; no toolkit needed.
+HOLD_PTX = """
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry kernelpro_hold(.param .u64 ns)
+{
+  .reg .u64 %t0, %t1, %ns, %d;
+  .reg .pred %p;
+  ld.param.u64 %ns, [ns];
+  mov.u64 %t0, %globaltimer;
+WAIT:
+  mov.u64 %t1, %globaltimer;
+  sub.u64 %d, %t1, %t0;
+  setp.lt.u64 %p, %d, %ns;
+  @%p bra WAIT;
+  ret;
+}
+"""
+
+
+class Hold:
+    """One thread spinning on the GPU for a fixed time, on a stream: the host enqueues what follows
+    while the GPU waits, so an event recorded after it times the GPU's work, not the host's launch
+    (nvbench's blocking kernel, bounded by time rather than by SM cycles, which DVFS stretches)."""
+
+    def __init__(self, device: int = 0) -> None:
+        self.kernel = Kernel(HOLD_PTX.encode() + b"\0", "kernelpro_hold", device, "the hold kernel's PTX")
+        self._ns = ctypes.c_uint64(0)
+        self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._ns))
+
+    def __call__(self, microseconds: float, stream: int) -> None:
+        self._ns.value = max(0, int(microseconds * 1000))
+        self.kernel.launch((1, 1, 1), (1, 1, 1), 0, self._params, stream)

@@ -172,14 +172,15 @@ class EvalSettings:
     """Aim for this much timed GPU work per workload."""
     reps_cpu: int = 3
     """Timed calls on the CPU, where timings only show that the code runs."""
-    hold_cycles: int = 0
-    """GPU clock cycles the harness spins before each timed call's start event, after the L2 flush,
-    so the host has enqueued the call before the event fires and the GPU stays busy (nvbench's
-    blocking kernel). Off by default: on the H200 (benchmarks/results-h200-session10) an A/A of the
-    demo at M=512 called the copy faster in 28 of 100 rows with 0 cycles, 7 of 75 with 50k and
-    0 of 25 with 200k (speedups within 1.004..1.014), but with 200k the parent's wall check refused
-    an honest baseline in 3 of 4 gates (the spin's length follows the SM clock, which differed
-    between the calibration and the timed phase). Settable for benchmarks/evaluator.py --hold-cycles."""
+    hold_us: float = 0.0
+    """Microseconds the GPU waits before each timed call's start event, after the L2 flush, so the
+    host has enqueued the call before the event fires (nvbench's blocking kernel). The wait runs on
+    the GPU's global timer (runner/driver.py Hold), not for a count of SM cycles: on the H200
+    (benchmarks/results-h200-session10) a spin of 200k cycles narrowed an A/A of the demo at M=512 to
+    1.004..1.014 (0 of 25 rows called the copy faster, against 28 of 100 with none) but its length
+    followed the SM clock, which differed between the calibration and the timed phase, and the
+    parent's wall check refused an honest baseline in 3 of 4 gates. Off by default until the A/A with
+    a timed wait is measured; settable for benchmarks/evaluator.py --hold-us."""
     rotate: int = 3
     """Input buffer sets the timed calls rotate through."""
     time_reference: bool = False
@@ -242,7 +243,7 @@ def _request(definition: Definition, solution: Solution, workloads: Sequence[Wor
         },
         "timing": {"warmup": s.warmup, "reps": s.reps, "reps_max": s.reps_max, "target_ms": s.target_ms,
                    "reps_cpu": s.reps_cpu, "rotate": s.rotate, "graphs": s.cuda_graphs,
-                   "hold_cycles": s.hold_cycles},
+                   "hold_us": s.hold_us},
         "time_reference": s.time_reference,
         "timeline": s.timeline,
         "timeline_bar": None if s.timeline_bar is None else {"speedup": s.timeline_bar[0],

@@ -62,7 +62,7 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
-_gpu_sleep = torch.cuda._sleep
+_current_stream = torch.cuda.current_stream
 _clone_tensor = torch.Tensor.clone
 _data_ptr = torch.Tensor.data_ptr
 _fstat, _read, _write, _select = os.fstat, os.read, os.write, select.select
@@ -785,11 +785,24 @@ class _Commits:
         self.slots.pop(i, None)
 
 
+_HOLD: list[Any] = []
+
+
+def _hold_kernel() -> Any:
+    """The GPU's timed wait (runner/driver.py Hold), loaded by the first phase that asks for one: the
+    calibration phase, before any candidate code ran."""
+    if not _HOLD:
+        from .driver import Hold
+
+        _HOLD.append(Hold(torch.cuda.current_device()))
+    return _HOLD[0]
+
+
 def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], device: str, dps: bool,
           checks: tuple[Path, int, list[str]] | None, kind: str = "time",
           _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call, _record: Any = _record,
           _elapsed: Any = _elapsed, _synchronize: Any = _synchronize, _perf_counter: Any = _perf_counter,
-          _gpu_sleep: Any = _gpu_sleep, _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot,
+          _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot,
           _summary: Any = _summary, _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:
     """Median of per-call times (each call, or with ``timing.graphs`` each CUDA graph replay of it).
 
@@ -805,7 +818,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     definition = req["definition"]
     channel = _CHANNEL[0] if checks is not None else None
     n_sets = max(1, t["rotate"])
-    hold = max(0, min(int(t.get("hold_cycles", 0)), 10_000_000))
+    hold_us = max(0.0, min(float(t.get("hold_us", 0.0)), 10_000.0))
     ring = 2 * n_sets  # room for the parent's answers to lag the calls without stalling them
     sets = [_make_inputs(definition, workload, 10_000 + i, device) for i in range(n_sets)]
     slots = [_poisoned_outputs(definition, workload["axes"], device) for _ in range(ring)]
@@ -836,6 +849,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             reps = max(n_sets, t["reps_cpu"])
         if kind == "cal":
             reps = max(2 * ring, 8)
+        hold = _hold_kernel() if hold_us and flush is not None else None
+        stream = _current_stream().cuda_stream if hold is not None else 0
         pairs = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(reps)] if flush is not None else []
         commits = _Commits(channel, device)
         if channel is not None:
@@ -853,8 +868,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             if flush is not None:
                 s, e = pairs[i]
                 flush.zero_()
-                if hold:  # EvalSettings.hold_cycles: the host enqueues the call while the GPU spins
-                    _gpu_sleep(hold)
+                if hold is not None:  # EvalSettings.hold_us: the host enqueues the call while the GPU waits
+                    hold(hold_us, stream)
                 _record(s)
                 if isinstance(graphs, list):
                     # Refilled in place above: the graph reads the new values through the same pointers.

@@ -142,3 +142,45 @@ def test_no_driver_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(f"{name}: cannot open")))
     with pytest.raises(driver.NoGpuError, match="CUDA targets need an NVIDIA GPU"):
         driver.load_kernel(Path("k.cubin"), "k")
+
+
+def test_the_hold_kernel_is_valid_ptx_and_launches_one_thread_with_its_nanoseconds(fake_driver: ctypes.CDLL,
+                                                                                    tmp_path: Path) -> None:
+    """EvalSettings.hold_us's wait (runner/driver.py Hold): PTX that ptxas assembles for the H200, loaded
+    as text, launched as one thread on torch's stream with the wait in nanoseconds."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is not None:
+        (tmp_path / "hold.ptx").write_text(driver.HOLD_PTX)
+        got = subprocess.run([ptxas, "-arch=sm_90", str(tmp_path / "hold.ptx"), "-o", str(tmp_path / "hold.cubin")],
+                             capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+    fake_driver.fake_set_kernel(b"kernelpro_hold")
+    _expect(fake_driver, [8])
+    hold, before = driver.Hold(), fake_driver.fake_launches()
+    hold(20.5, 0x7F12_3456_789A)
+    assert fake_driver.fake_launches() == before + 1
+    assert [fake_driver.fake_dim(i) for i in range(7)] == [1, 1, 1, 1, 1, 1, 0]
+    assert fake_driver.fake_stream() == 0x7F12_3456_789A
+    assert struct.unpack("<Q", _param(fake_driver, 0, 8))[0] == 20_500
+    hold(-3, 0)
+    assert struct.unpack("<Q", _param(fake_driver, 0, 8))[0] == 0
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_hold_waits_its_time_whatever_the_clock() -> None:
+    """The wait is on the global timer: 100 us measured by CUDA events around it, at least, whether the
+    GPU idles at 345 MHz or runs at its boost clock (the cycle spin it replaces took 0.1 to 0.6 ms)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run on the GPU machine)")
+    hold = driver.Hold()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    got = []
+    for _ in range(5):
+        start.record()
+        hold(100.0, torch.cuda.current_stream().cuda_stream)
+        end.record()
+        end.synchronize()
+        got.append(start.elapsed_time(end))
+    assert all(0.099 <= ms < 5.0 for ms in got), got
