@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU work of issues 3-8 on the GPU machine (no network), in steps that each fit well under the
-# 10-minute command limit. Needs .whl/ and .corpus/, built by `bash benchmarks/carry.sh` and carried. Tables go to stdout, JSON under $OUT/STEP.
+# 10-minute command limit. Needs .whl/ and .corpus/, built by `bash benchmarks/carry.sh` and carried.
+# Tables go to stdout, JSON under $OUT/STEP.
 #   bash benchmarks/h200.sh STEP [STEP...]      # one after the other, on the visible GPU(s)
 #   bash benchmarks/h200.sh par "A B" "C D"     # two GPUs (nvidia-h200-x2): A then B on GPU 0 while
 #                                               # C then D run on GPU 1; each GPU's log at the end

@@ -814,6 +814,11 @@ def _read_pin(value: ast.expr, axes: Sequence[str]) -> tuple[int, tuple[int, ...
     return pick.slice.value + 1, tuple(bounds)  # type: ignore[attr-defined]
 
 
+# How the comment above a pin this module wrote ends: today's wording first, then that of sessions
+# before 11 ("without autotuning", untrue where Triton 3.6 still times the one config it keeps).
+_PIN_SAYS = ("alone, measured fastest there", "without autotuning, measured fastest there")
+
+
 def _pin_text(pin: _Pin, index: int, bounds: Sequence[int]) -> str:
     """The ``prune_configs_by`` keyword (after a comment saying what it does, on its own lines) that runs
     config ``index`` (1-based) alone for shapes within ``bounds``; empty for index 0 (nothing pinned)."""
@@ -826,7 +831,7 @@ def _pin_text(pin: _Pin, index: int, bounds: Sequence[int]) -> str:
     if pin.indent is None:
         return f", prune_configs_by={value}"
     where = " and ".join(f"{a} <= {b}" for a, b in zip(pin.axes, bounds, strict=True))
-    comment = f"# {where}: configs[{index - 1}] ({pin.descs[index - 1]}) alone, measured fastest there"
+    comment = f"# {where}: configs[{index - 1}] ({pin.descs[index - 1]}) {_PIN_SAYS[0]}"
     return f"{pin.indent}{comment}\n{pin.indent}prune_configs_by={value},\n"
 
 
@@ -851,8 +856,7 @@ def _pin_site(deco: ast.Call, axes: tuple[str, ...], descs: tuple[str, ...], tex
         if not indent.strip() and line < len(text.starts) and rest.strip() == ",":
             start = text.starts[own.lineno - 1]
             above = text.source[text.starts[own.lineno - 2] : start].strip() if own.lineno >= 2 else ""
-            # This module's own comment (and the wording of sessions before 11) goes with its keyword.
-            if above.startswith("#") and above.endswith(("alone, measured fastest there", "without autotuning, measured fastest there")):
+            if above.startswith("#") and above.endswith(_PIN_SAYS):  # the pin's own comment goes with it
                 start = text.starts[own.lineno - 2]
             return _Site(start, text.starts[line], rule="pin", pin=_Pin(axes, index, bounds, descs, indent))
         if text.source[k_end:kw_start] == ", " and own.end_col_offset is not None:

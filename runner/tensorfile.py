@@ -15,6 +15,7 @@ Layout: ``MAGIC``, the header's length (8 bytes, little-endian), the header (UTF
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -129,10 +130,7 @@ def _tensor(data: bytearray, start: int, item: dict[str, Any], k: int, bad: Any)
         raise bad(f"item {k} has the shape {str(shape)[:80]}")
     if type(offset) is not int or type(nbytes) is not int or offset < 0 or offset % ALIGN:
         raise bad(f"item {k} has the offset {offset!r}")
-    numel = 1
-    for n in shape:
-        numel *= n
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    numel, itemsize = math.prod(shape), dtype.itemsize
     if nbytes != numel * itemsize or start + offset + nbytes > len(data):
         raise bad(f"item {k}: {nbytes} bytes at {offset} for {numel} elements of {itemsize} bytes in a file of {len(data)}")
     if numel == 0:
