@@ -181,6 +181,12 @@ class EvalSettings:
     followed the SM clock, which differed between the calibration and the timed phase, and the
     parent's wall check refused an honest baseline in 3 of 4 gates. Off by default until the A/A with
     a timed wait is measured; settable for benchmarks/evaluator.py --hold-us."""
+    timing_retries: int = 1
+    """Evaluations run again when the only failure is TIMING_INCONSISTENT: an honest kernel's phase can
+    outgrow the harness's calibrated loop when other work takes the host or GPU meanwhile (on the
+    H200, six tests sharing them pushed a CUDA kernel's loop from 0.55 to 1.76 ms a call,
+    benchmarks/results-h200-session12). A rerun that fits the parent's clock is trusted as any phase
+    that fits is; a forger is refused every time, at the cost of one more evaluation."""
     rotate: int = 3
     """Input buffer sets the timed calls rotate through."""
     time_reference: bool = False
@@ -676,6 +682,27 @@ def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_Out
 
 def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
              tolerance: Tolerance, settings: EvalSettings) -> Outcome:
+    outcome = _evaluate_once(definition, solution, workloads, tolerance, settings)
+    earlier: list[str] = []
+    while _inconsistent(outcome) and len(earlier) < settings.timing_retries:
+        earlier.append(outcome.log)
+        outcome = _evaluate_once(definition, solution, workloads, tolerance, settings)
+    if not earlier:
+        return outcome
+    said = "; ".join(f"run {i + 1}: {log[:300]}" for i, log in enumerate(earlier))
+    note = (f"TIMING_RERUN: {len(earlier)} earlier run(s) of this evaluation were refused as TIMING_INCONSISTENT "
+            f"and measured again ({said})")
+    return replace(outcome, warnings=(*outcome.warnings, note))
+
+
+def _inconsistent(outcome: Outcome) -> bool:
+    """Refused only because its timing phase did not fit the parent's clock (runner/timekeeper.py)."""
+    return (outcome.status == "RUNTIME_ERROR" and outcome.log.startswith("TIMING_INCONSISTENT:")
+            and all(r.status in ("PASSED", "RUNTIME_ERROR") for r in outcome.results))
+
+
+def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequence[Workload],
+                   tolerance: Tolerance, settings: EvalSettings) -> Outcome:
     h = solution.content_hash()
     if solution.definition != definition.name:
         return Outcome(h, "COMPILE_ERROR", (), log=f"solution implements {solution.definition!r}, not {definition.name!r}",

@@ -114,6 +114,8 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         "precompute": "TIMING_INCONSISTENT",
     }.get(name)
     assert why is None or why in log, log[-1500:]
+    if why == "TIMING_INCONSISTENT":  # measured again (EvalSettings.timing_retries) and refused again
+        assert any(w.startswith("TIMING_RERUN: 1 earlier run") for w in outcome.warnings), outcome.warnings
 
 
 def _where(outcome: Outcome) -> dict[str, object]:
@@ -491,3 +493,30 @@ def test_no_two_candidates_see_the_same_secret_seeds(tmp_path: Path) -> None:
     # Only the spent check outputs were computed again: the trials' are the same objects.
     assert first is not None and fresh[0].trials is first.trials and fresh[0].checks is not first.checks
     assert len(fresh[0].checks[0]) == size
+
+
+def test_only_an_inconsistent_timing_is_measured_again_and_the_rerun_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded host can stretch an honest phase past its calibrated loop: such an evaluation runs once
+    more (its warnings say so); any other failure, or a second refusal past the retries, stands."""
+    import kernelpro.runner.evaluator as ev
+    from kernelpro.runner.evaluator import EvalSettings, WorkloadResult
+
+    def outcome(status: str, log: str = "") -> Outcome:
+        return Outcome("h", status, (WorkloadResult("w", status, log),), log=log)
+
+    inconsistent = outcome("RUNTIME_ERROR", "TIMING_INCONSISTENT: the timed calls add up to 20.7 ms but ...")
+    for queue, retries, want, runs in [
+        ([inconsistent, outcome("PASSED")], 1, "PASSED", 2),
+        ([inconsistent, inconsistent, outcome("PASSED")], 1, "RUNTIME_ERROR", 2),
+        ([inconsistent, inconsistent, outcome("PASSED")], 2, "PASSED", 3),
+        ([inconsistent], 0, "RUNTIME_ERROR", 1),
+        ([outcome("RUNTIME_ERROR", "TIMING_PROTOCOL: 3 timed calls reported, 4 announced")], 1, "RUNTIME_ERROR", 1),
+        ([outcome("INCORRECT_NUMERICAL", "TIMING_INCONSISTENT: a candidate's own words")], 1, "INCORRECT_NUMERICAL", 1),
+        ([outcome("RUNTIME_ERROR", "a crash that prints TIMING_INCONSISTENT: later")], 1, "RUNTIME_ERROR", 1),
+    ]:
+        left = list(queue)
+        monkeypatch.setattr(ev, "_evaluate_once", lambda *a, left=left: left.pop(0))
+        got = ev.evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), EvalSettings(timing_retries=retries))
+        assert (got.status, len(queue) - len(left)) == (want, runs), (queue, retries)
+        notes = [w for w in got.warnings if w.startswith("TIMING_RERUN:")]
+        assert len(notes) == (runs > 1) and all(f"{runs - 1} earlier run(s)" in n and "20.7 ms" in n for n in notes)

@@ -55,7 +55,7 @@ def test_demo_finds_a_verified_speedup_on_the_gpu(gpu_demo):
     assert "| workload | baseline ms" in report
     # Stage 1 and Stage 2 ran on real counters: an elementwise fp32 kernel is memory-bound.
     assert target["stage1"]["theory"] == "memory"
-    assert "## Stage 1: roofline" in report and "## Automated Bottleneck Analysis" in report
+    assert "## Stage 1: what bounds the kernel" in report and "## Automated Bottleneck Analysis" in report
     profiles = [json.loads(x) for x in (out / "swiglu" / "profiles.jsonl").read_text().splitlines()]
     _keep(out / "swiglu" / "profiles.jsonl", "demo")
     assert profiles and not any("ncu" in n for p in profiles for n in p["notes"]), profiles[0]["notes"]
@@ -134,7 +134,11 @@ def test_profiling_one_candidate_collects_ncu_sass_and_timeline(tmp_path):
     assert outcome.passed and outcome.timeline and "error" not in outcome.timeline, outcome.timeline
     assert outcome.phases.get("timeline", 0.0) > 0, outcome.phases  # its own stage (benchmarks/overhead.py)
     timeline = Timeline(**{**outcome.timeline, "kernels": tuple(outcome.timeline["kernels"])})
-    assert timeline.launch_overhead_pct < 20, timeline  # one kernel per call: no launch-overhead finding
+    # One kernel per call: the host's own work around it is no launch-overhead finding (the H200 read
+    # 23-29 % here: 200 us of kernel in 730-840 us of wall), which takes over half the span alone.
+    from kernelpro.runner.tools.host import LAUNCH_OVERHEAD, _launch_fires
+    assert timeline.kernel_launches == 1, timeline
+    assert not _launch_fires(timeline, LAUNCH_OVERHEAD.thresholds), timeline
     prof, secs = profile_candidate(d, sol, w, es, timeline=timeline)
     Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path)).mkdir(parents=True, exist_ok=True)
     Path(os.environ.get("KERNELPRO_ARTIFACTS", tmp_path), "profile_seconds.txt").write_text(f"{secs:.2f} {dict(prof.stages)}\n")
