@@ -905,6 +905,33 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     return summary
 
 
+class ArmCalls:
+    """An energy arm's candidate, built in this process with its rotating input sets, and the
+    harness's own call and check (runner/energy/arms.py): what the arm runs on command."""
+
+    def __init__(self, req: Mapping[str, Any], workdir: Path, rotate: int = 3,
+                 _call: Any = _call, _check: Callable[[], None] = _check_primitives) -> None:
+        # Bound before the candidate is imported (as defaults, at the harness's import): rebinding the
+        # harness's names afterwards changes neither what runs its calls nor what checks them.
+        self._call, self.check = _call, _check
+        device = req["device"]
+        self.fn = _build(req["solution"], workdir, req=req)
+        self.dps: bool = req["solution"]["spec"].get("destination_passing_style", True)
+        self.sets = [(_make_inputs(req["definition"], req["workload"], 20_000 + i, device),
+                      _poisoned_outputs(req["definition"], req["workload"]["axes"], device)) for i in range(rotate)]
+
+    def call(self, i: int) -> None:
+        """The candidate's call on input set ``i`` (mod the sets); only plain tensors come back (issue 17)."""
+        self._call(self.fn, *self.sets[i % len(self.sets)], self.dps)
+
+    def graph(self, rounds: int) -> tuple[Any, int]:
+        """``rounds`` rounds over the input sets captured as one CUDA graph, and its calls; raises what
+        the capture raised."""
+        per = rounds * len(self.sets)
+        g, _ = graph_of(self.fn, [self.sets[k % len(self.sets)] for k in range(per)], self.dps)
+        return g, per
+
+
 def graph_of(fn: Callable[..., Any], calls: Sequence[tuple[list[Any], list[Any]]], dps: bool,
              _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call) -> tuple[Any, tuple[Any, ...]]:
     """``calls`` (inputs, outputs), in order, captured as one CUDA graph after a warm-up of the same

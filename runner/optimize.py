@@ -25,16 +25,7 @@ from .basebranch import BaseComparison
 from .candidate import Candidate, fingerprint
 from .checkout import CheckoutError, read_source
 from .cubin import BuildPool, cache_root
-from .energy import (
-    EnergyOutcome,
-    Meter,
-    ProxyEnergy,
-    decide,
-    energy_eps,
-    notes_for_prompt,
-    proxy,
-    timing_noise,
-)
+from .energy import EnergyOutcome, EnergyPolicy, Meter, ProxyEnergy, timing_noise
 from .evaluator import EVALUATOR_VERSION, Outcome, evaluate, reference_ready, traces
 from .evidence import Profile, Timeline
 from .forkserver import cool
@@ -84,7 +75,7 @@ def _spreads(outcome: Outcome) -> list[float]:
 def resolve(settings: RunSettings, target: Target, head_checkout: Path, out_dir: Path) -> RunSettings:
     """The run's settings, resolved once before anything uses them. The target's limit reaches every
     child of its run (search, gate, memcheck, base-branch comparison; profiling by its own multiple;
-    energy arms: runner/energy.py) (issue 22); the Triton cache lies in the results directory unless one
+    energy arms: runner/energy/meter.py) (issue 22); the Triton cache lies in the results directory unless one
     was given; the candidate runs as the repository at the head with its files in place."""
     ev = settings.evaluation
     evaluation = replace(ev, timeout_s=target.budget.timeout_s,
@@ -124,7 +115,7 @@ class Run:
         self.t0 = clock()
         out_dir.mkdir(parents=True, exist_ok=True)
         self.target, self.head_checkout, self.out_dir, self.programmer = target, head_checkout, out_dir, programmer
-        self.base_solution, self.progress, self.clock, self.meter = base_solution, progress, clock, meter
+        self.base_solution, self.progress, self.clock = base_solution, progress, clock
         self.settings = s = resolve(settings, target, head_checkout, out_dir)
         self.es = es = s.evaluation
         # The search's evaluations record the launch timeline that profiling a candidate reuses; the
@@ -133,7 +124,8 @@ class Run:
         self.device = es.device
         self.workloads = target.workloads_for(self.device)
         self.budget = s.budget or target.budget.evaluations
-        self.active = s.energy == "active"
+        self.energy = EnergyPolicy(s.energy, meter)
+        """What the run does with energy; its noise and energy-only tools are set after the baseline."""
         tol = target.tolerance
         ctx_key = context_key({
             "definition": target.definition.to_json(), "workloads": [w.to_json() for w in self.workloads],
@@ -155,11 +147,9 @@ class Run:
         self.duplicates = 0
         self.rejections: dict[str, str | None] = {}
         self.base_branch: Scored | None = None
-        # After the baseline: the tie noise, the energy term's weight and the tools (settings of the run
-        # that need the baseline's measurements, or that must not run before it: test_standby).
-        self.noise, self.eps = 1.0, 0.0
+        # After the baseline: the tools and the energy policy's tie noise (settings of the run that
+        # need the baseline's measurements, or that must not run before it: test_standby).
         self.tools: tuple[ProfilingTool, ...] = ()
-        self.energy_tools: set[str] = set()
         self.stage1: ReferenceAnalysis | None = None
         self.analyses: dict[str, tuple[Profile, Analysis]] = {}
         self.proxies: dict[str, ProxyEnergy] = {}
@@ -191,9 +181,8 @@ class Run:
         if not baseline.outcome.passed:
             return self.finish(self._refused(baseline.outcome))
         self.tools = registry(self.settings.extra_tools)
-        self.noise = self.settings.tie_noise or timing_noise(self.settings.gamma, _spreads(baseline.outcome))
-        self.eps = energy_eps(self.noise) if self.active else 0.0
-        self.energy_tools = {t.name for t in self.tools if t.energy_only}
+        self.energy = self.energy.calibrated(
+            self.settings.tie_noise or timing_noise(self.settings.gamma, _spreads(baseline.outcome)), self.tools)
         if self.device == "cuda":
             self._classify()
         self.restored = self.memory.restore()
@@ -240,12 +229,10 @@ class Run:
         scored = self.record(cand, self._screened(cand))
         # Findings on each new best steer the next proposals; with energy active, a candidate as fast
         # as the best (within the noise) is profiled too, so the proxy can rank it against the best.
-        if scored.outcome.passed and (scored.speedup > before or self.active and scored.speedup * self.noise >= before):
+        if scored.outcome.passed and self.energy.profiles(scored.speedup, before):
             self.profile(cand)
-        base_e, e = self.proxies.get(self.head.key), self.proxies.get(cand.key)
-        if self.active and base_e is not None and e is not None and e.total_pj > 0:
-            scored = replace(scored, energy_reduction=base_e.total_pj / e.total_pj, energy_eps=self.eps)
-            self.evaluated[-1] = scored
+        scored = self.evaluated[-1] = self.energy.scored(scored, self.proxies.get(self.head.key),
+                                                         self.proxies.get(cand.key))
         parent = next((x for x in self.evaluated if x.candidate.key == cand.parent), None)
         found = self.analyses[cand.key][1].findings if cand.key in self.analyses else ()
         self.memory.observe(len(self.evaluated) - 1, scored, parent, found)
@@ -302,7 +289,7 @@ class Run:
         s = self.settings
         # Active: the reward (speed, then the proxy within the noise) orders the gate; otherwise speed alone.
         ranked = sorted((x for x in self.evaluated[1:] if x.outcome.passed and x.speedup > 1.0),
-                        key=lambda x: -(x.reward if self.active else x.speedup))
+                        key=lambda x: -self.energy.rank(x))
         gates: list[GateResult] = []
         passing: list[GateResult] = []
         first_speed = 0.0
@@ -316,15 +303,14 @@ class Run:
             unused.close()  # nothing of ncu is left when the gate times and the meter measures energy
         guards = guard_shapes_for(self.target, self.device, s.guard_bytes) if ranked else ((), ())
         for x in ranked[: s.gate_top]:
-            if passing and not (self.active and x.speedup * self.noise >= first_speed):
+            if passing and not self.energy.gates_also(x.speedup, first_speed):
                 break  # active mode also gates the candidates as fast as the first winner, for the tie-break
             g = final_gate(self.target, self.head, x.candidate, self.workloads, s, floors, self.schedule, guards)
             gates.append(g)
             if g.passed:
                 passing.append(g)
                 first_speed = first_speed or x.speedup
-        winner, energy = decide(s.energy, self.target, self.head.solution, passing, self.workloads, self.meter,
-                                self.noise, self.eps, self.proxies)
+        winner, energy = self.energy.decide(self.target, self.head.solution, passing, self.workloads, self.proxies)
         return winner, tuple(gates), energy
 
     def finish(self, stop: str, winner: GateResult | None = None, gates: tuple[GateResult, ...] = (),
@@ -395,7 +381,7 @@ class Run:
         if not self.evaluated:
             return None
         base = self.baseline.outcome
-        return self.best / (self.noise if self.active else 1.0), tuple((w.uuid, base.latency(w.uuid)) for w in self.workloads)
+        return self.energy.timeline_bar(self.best), tuple((w.uuid, base.latency(w.uuid)) for w in self.workloads)
 
     def _pool_eval(self) -> TargetEval:
         # A batch's bar is the one of its proposal: a candidate that clears it but is beaten by
@@ -470,9 +456,9 @@ class Run:
     def _analyze(self, key: str, prof: Profile, secs: float) -> None:
         """The tools' findings on a profile (and its energy proxy when energy is active), logged."""
         bottleneck = self.stage1.bottleneck if self.stage1 is not None else "unknown"
-        analysis = run_tools(prof, bottleneck, self.tools, energy=self.active, stage1=self.stage1)
+        analysis = run_tools(prof, bottleneck, self.tools, energy=self.energy.active, stage1=self.stage1)
         self.analyses[key] = (prof, analysis)
-        if self.active and (e := proxy(prof)) is not None:
+        if (e := self.energy.proxy(prof)) is not None:
             self.proxies[key] = e
         append_jsonl(self.out_dir / "profiles.jsonl", [{"key": key, "seconds": round(secs, 2), "stages": dict(prof.stages),
                                                        "notes": list(prof.notes), "findings": [f.to_json() for f in analysis.findings]}])
@@ -496,17 +482,14 @@ class Run:
         if found is None:
             return "", (), None
         prof, analysis = self.analyses[found]
-        if self.active:
-            # Energy findings go to their own, subordinate prompt section (_energy_notes), not here.
-            analysis = replace(analysis, findings=tuple(f for f in analysis.findings if f.tool not in self.energy_tools))
+        # Energy findings go to their own, subordinate prompt section (_energy_notes), not here.
+        analysis = replace(analysis, findings=self.energy.feedback(analysis.findings))
         return render(analysis, prof, self.settings.feedback), analysis.findings, prof
 
     def _energy_notes(self, key: str) -> str:
-        if not self.active:
-            return ""
         found = self._profiled(key)
-        notes = [f for f in self.analyses[found][1].findings if f.tool in self.energy_tools] if found is not None else []
-        return notes_for_prompt(notes, self.proxies.get(found) if found else None, self.proxies.get(self.head.key))
+        findings = self.analyses[found][1].findings if found is not None else ()
+        return self.energy.notes(findings, self.proxies.get(found) if found else None, self.proxies.get(self.head.key))
 
     def _context(self, **shown: Any) -> Context:
         """What the programmer may know, with ``shown``: the feedback of this proposal."""
@@ -515,7 +498,7 @@ class Run:
                        device=self.device, gpu_name=str(baseline.outcome.environment.get("hardware", "")),
                        bottleneck=self.stage1.bottleneck if self.stage1 is not None else "unknown",
                        tool_mode=s.tool_mode if s.feedback == "tools" else "proactive", tools=self.tools,
-                       energy=self.active, gamma=s.gamma, stage1=self.stage1, baseline=baseline, **shown)
+                       energy=self.energy.active, gamma=s.gamma, stage1=self.stage1, baseline=baseline, **shown)
 
     def _distinct(self, cands: list[Candidate]) -> list[Candidate]:
         """Drop a proposal that builds the same code as an evaluated one, or as one before it in this

@@ -825,7 +825,8 @@ def test_an_arm_that_skips_its_work_in_the_energy_windows_reports_no_energy() ->
     there than the median the evaluator verified for it (a candidate that detects its energy arm and
     does nothing) has its workload's energy dropped, with a note naming why. CPU timings (the Triton
     interpreter) pace nothing."""
-    from kernelpro.runner.energy import ArmEnergy, Interval, Measurement, WorkloadEnergy, _paced
+    from kernelpro.runner.energy import ArmEnergy, Interval, Measurement, WorkloadEnergy
+    from kernelpro.runner.energy.meter import _paced
 
     iv = Interval(1.0, 0.9, 1.1)
 
@@ -840,3 +841,34 @@ def test_an_arm_that_skips_its_work_in_the_energy_windows_reports_no_energy() ->
     assert cheat[0].measurement is None and cheat[0].note.startswith("ENERGY_ARM_INCONSISTENT: candidate1")
     cpu = ({**rows[0], "timing_mode": "cpu"},)
     assert _paced(measured(0.001), cpu, {"candidate1": cpu})[0].measurement is not None
+
+
+def test_the_energy_policy_is_the_only_place_the_mode_decides() -> None:
+    """Built once from the mode; off and passive leave the search as speed alone, active profiles
+    and gates ties within the noise, ranks by the reward and keeps the energy findings apart."""
+    from types import SimpleNamespace
+
+    from kernelpro.runner.energy import EnergyPolicy, ProxyEnergy
+    from kernelpro.runner.search import Scored
+
+    with pytest.raises(ValueError, match="'fast' is not one of off, passive, active"):
+        EnergyPolicy("fast")
+    tools = [SimpleNamespace(name="fast_math", energy_only=True), SimpleNamespace(name="occupancy", energy_only=False)]
+    found = [SimpleNamespace(tool="fast_math", severity="high", title="t", recommendations=()),
+             SimpleNamespace(tool="occupancy", severity="high", title="u", recommendations=())]
+    e = lambda pj: ProxyEnergy(pj, 0.0, 0.0, 0.0)  # noqa: E731
+    s = Scored(SimpleNamespace(key="k"), SimpleNamespace(passed=True), 2.0)
+    for mode in ("off", "passive"):
+        p = EnergyPolicy(mode).calibrated(1.05, tools)
+        assert p.eps == 0.0 and not p.active
+        assert not p.profiles(1.99, 2.0) and p.profiles(2.01, 2.0) and p.timeline_bar(2.0) == 2.0
+        assert p.proxy(Profile()) is None and p.feedback(found) == tuple(found) and p.notes(found, None, None) == ""
+        assert p.scored(s, e(200.0), e(100.0)) is s and p.rank(s) == 2.0 and not p.gates_also(1.99, 2.0)
+    p = EnergyPolicy("active").calibrated(1.05, tools)
+    assert p.eps == pytest.approx(energy_eps(1.05)) and p.energy_tools == {"fast_math"}
+    assert p.profiles(1.99, 2.0) and not p.profiles(1.8, 2.0) and p.timeline_bar(2.1) == pytest.approx(2.0)
+    assert p.gates_also(1.99, 2.0) and not p.gates_also(1.8, 2.0)
+    assert [f.tool for f in p.feedback(found)] == ["occupancy"] and "(fast_math)" in p.notes(found, None, None)
+    ranked = p.scored(s, e(200.0), e(100.0))
+    assert ranked.energy_reduction == 2.0 and ranked.energy_eps == p.eps and p.rank(ranked) > p.rank(s)
+    assert p.scored(s, None, e(100.0)) is s and p.scored(s, e(200.0), e(0.0)) is s

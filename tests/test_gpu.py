@@ -892,7 +892,8 @@ def test_an_energy_arm_that_skips_its_work_reports_no_energy(tmp_path):
     an arm that does nothing there runs far faster and its workload's energy is dropped by name."""
     from test_adversarial import LOADS, PY_TORCH, SWIGLU, candidate
 
-    from kernelpro.runner.energy import EnergySettings, _paced, measure_solutions
+    from kernelpro.runner.energy import EnergySettings, measure_solutions
+    from kernelpro.runner.energy.meter import _paced
     from kernelpro.runner.trace import Workload
 
     w = Workload.make(SWIGLU, {"M": 64 * 1024})

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_resume import Landscape, _target
 
-import kernelpro.runner.energy as energy
+import kernelpro.runner.energy.meter as energy
 import kernelpro.runner.gate as gate_mod
 import kernelpro.runner.memcheck as memcheck_mod
 import kernelpro.runner.optimize as loop

@@ -1,0 +1,219 @@
+"""The arms' processes: each arm runs its candidate in a sandboxed child of its own (``ChildRunner``),
+built through the harness's public arm API; only the arm being measured is awake."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+_CHILD = """
+import json, os, sys
+proto = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)  # the candidate's prints go to stderr, never into the protocol
+from kernelpro.runner.energy.arms import child_main
+child_main(json.loads(open(sys.argv[1]).read()), sys.stdin, proto)
+"""
+
+
+def child_main(req: Mapping[str, Any], commands: Any, proto: Any) -> None:
+    """In the arm's process: build, make inputs once (rotating sets), warm up, then run on command."""
+    from pathlib import Path as _Path
+
+    import torch
+
+    from .. import harness
+
+    # The harness's public arm API: its call and check are bound before the candidate is imported.
+    failure = harness.CandidateError
+    device = req["device"]
+    try:
+        arm = harness.ArmCalls(req, _Path.cwd(), int(req.get("rotate", 3)))
+        with torch.no_grad():
+            for i in range(3):
+                arm.call(i)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except BaseException as e:  # the candidate's failure is a value for the parent
+        proto.write(json.dumps({"error": f"{type(e).__name__}: {e}"[:2000]}) + "\n")
+        return
+    graph = _capture(arm) if device == "cuda" else None
+    proto.write(json.dumps({"ready": True, "graph": graph is not None}) + "\n")
+    i = 0
+    for line in commands:
+        cmd = json.loads(line)
+        if "calls" not in cmd:
+            return
+        n = int(cmd["calls"])
+        with torch.no_grad():
+            if graph is not None and cmd.get("graph"):
+                g, per = graph
+                for _ in range(n // per):
+                    g.replay()
+                n %= per
+            for _ in range(n):
+                arm.call(i)
+                i += 1
+        if device == "cuda":
+            torch.cuda.synchronize()
+        try:  # the harness's own references and globals, as after every timed call
+            arm.check()
+        except failure as e:
+            proto.write(json.dumps({"error": e.log[:2000]}) + "\n")
+            return
+        proto.write(json.dumps({"done": cmd["calls"]}) + "\n")
+
+
+GRAPH_ROUNDS = 4
+"""Rounds over the input sets captured in one CUDA graph of an energy arm."""
+
+
+def _capture(arm: Any) -> tuple[Any, int] | None:
+    """The arm's calls captured as one CUDA graph (GRAPH_ROUNDS rounds over the input sets), or None
+    when the candidate cannot be captured (it synchronises, copies to the host, ...).
+
+    Replayed, the GPU runs the kernels back to back whatever the host's launch speed: on the H200 an
+    eager loop of a 35 us kernel ran 28454 calls in one arm's 1 s window and 20771 in the other's (the
+    host, not the GPU, set the pace), and the A/A ratio's interval missed 1 (1.0030 [1.0026, 1.0033])."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            g, per = arm.graph(GRAPH_ROUNDS)
+        g.replay()
+        torch.cuda.synchronize()
+        return g, per
+    except Exception:  # noqa: BLE001 - any failure means: run this arm eagerly
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        return None
+
+
+class ArmFailed(RuntimeError):
+    """An arm's process could not start or died; the message has its output."""
+
+
+class ChildRunner:
+    """One sandboxed process per arm (scrubbed environment, own directory, own process group).
+
+    Only the arm being run is awake: the others are stopped (SIGSTOP) so nothing of theirs reaches
+    the GPU inside another arm's or an idle window.
+    """
+
+    def __init__(self, requests: Mapping[str, Mapping[str, Any]], timeout_s: float = 300.0) -> None:
+        from .. import confinement
+        from ..environment import child_variables, scrubbed_env
+
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+        self._graph: dict[str, bool] = {}
+        self._dirs: list[tempfile.TemporaryDirectory[str]] = []
+        self._work: dict[str, Path] = {}
+        self.timeout_s = timeout_s
+        try:
+            for arm, req in requests.items():
+                tmp = tempfile.TemporaryDirectory(prefix="kernelpro-energy-")
+                self._dirs.append(tmp)
+                work = Path(tmp.name)
+                (work / "request.json").write_text(json.dumps(req))
+                cache = req.get("cache_dir")
+                extra = child_variables(work, req["device"], Path(cache) if cache else None)
+                # stderr to a file: a chatty candidate must not fill a pipe and block.
+                with (work / "stderr.txt").open("w") as err:
+                    argv = [sys.executable, "-c", _CHILD, str(work / "request.json")]
+                    if confinement.landlock_abi():  # an arm runs a candidate: confined like any other run of it
+                        argv = confinement.command(argv, confinement.policy([work, cache]))
+                    p = subprocess.Popen(argv, cwd=work,
+                                         env=scrubbed_env(extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, text=True, start_new_session=True)
+                self._procs[arm] = p
+                self._work[arm] = work
+                msg = self._reply(arm, timeout_s)
+                if not msg.get("ready"):
+                    raise ArmFailed(f"{arm}: {msg.get('error', 'did not start')}")
+                self._graph[arm] = msg.get("graph") is True
+                self._signal(arm, signal.SIGSTOP)
+        except BaseException:
+            self.close()
+            raise
+
+    def _signal(self, arm: str, sig: int) -> None:
+        pid = self._procs[arm].pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        if sig == signal.SIGSTOP:
+            # Delivery is asynchronous: wait until the arm really stands still before the next window.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WUNTRACED)
+
+    def _reply(self, arm: str, timeout_s: float) -> dict[str, Any]:
+        import selectors
+
+        p = self._procs[arm]
+        assert p.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout_s)
+        sel.close()
+        line = p.stdout.readline() if ready else ""
+        if not line:
+            self._signal(arm, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+            err = ""
+            with contextlib.suppress(OSError):
+                err = (self._work[arm] / "stderr.txt").read_text(errors="replace")[-1500:]
+            raise ArmFailed(f"{arm}: no answer within {timeout_s:.0f} s (exit code {p.poll()}) {err}".strip())
+        try:
+            return dict(json.loads(line))
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise ArmFailed(f"{arm}: unreadable answer {line[:200]!r}") from e
+
+    def run(self, arm: str, calls: int) -> None:
+        p = self._procs[arm]
+        assert p.stdin is not None
+        self._signal(arm, signal.SIGCONT)
+        try:
+            p.stdin.write(json.dumps({"calls": calls, "graph": self.graphs}) + "\n")
+            p.stdin.flush()
+            msg = self._reply(arm, self.timeout_s)
+        finally:
+            self._signal(arm, signal.SIGSTOP)
+        if msg.get("done") != calls:
+            raise ArmFailed(f"{arm}: unexpected answer {msg!r}")
+
+    @property
+    def graphs(self) -> bool:
+        """Every arm replays CUDA graphs; one that cannot makes them all run eagerly, alike."""
+        return bool(self._graph) and all(self._graph.values())
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.graphs:
+            return ("the arms ran their calls as CUDA graph replays (kernels back to back, whatever the host's pace)",)
+        eager = sorted(a for a, g in self._graph.items() if not g)
+        if eager and len(eager) < len(self._graph):
+            return (f"the arms ran eagerly: {', '.join(eager)} could not be captured as a CUDA graph",)
+        return ()
+
+    def pids(self) -> tuple[int, ...]:
+        return tuple(p.pid for p in self._procs.values())
+
+    def close(self) -> None:
+        for arm, p in self._procs.items():
+            self._signal(arm, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                p.communicate(timeout=10)
+        self._procs.clear()
+        for d in self._dirs:
+            with contextlib.suppress(OSError):
+                d.cleanup()
+        self._dirs.clear()
+
+
