@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     happens: a GPU part stopped by its time limit, or a pytest-xdist worker that died, still leaves
     why the tests before it failed (pytest prints them only at the end)."""
     folder = os.environ.get("KERNELPRO_FAILURES")
+    if folder and (report.when == "call" or report.failed) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        # And a line per test as it ends, beside them: what a part stopped by its limit spent its time on.
+        Path(folder).parent.mkdir(parents=True, exist_ok=True)
+        with (Path(folder).parent / "progress.txt").open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {report.outcome:7} {report.duration:7.1f} s  {report.nodeid} ({report.when})\n")
     if folder and report.failed:
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", report.nodeid)[-150:]
         Path(folder).mkdir(parents=True, exist_ok=True)
