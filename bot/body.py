@@ -21,6 +21,8 @@ the base branch's geometric-mean time, which is labelled as derived.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -28,6 +30,8 @@ from typing import Any
 
 import jinja2
 
+from kernelpro import __version__
+from kernelpro.markdown import code_block, md
 from kernelpro.templates import environment
 
 from .artifact import Results, TargetResults, Winner, WorkloadTiming
@@ -62,64 +66,33 @@ MAX_CHART_POINTS = 60
 NOT_MEASURED = "not measured in this version"
 MODEL_WRITTEN = "Code written by a model, verified by measurement: review it as code."
 """The first line of everything the bot says about a patch it could not recompute itself."""
+CPU_TIMING = "in Triton's CPU interpreter, not a GPU timing"
+"""What a speedup measured without a GPU is, said wherever the GPU wording would say "faster"
+(the caveat's own words: these timings are not GPU timings; kernels ran in Triton's interpreter
+on the CPU). No text the bot writes calls a kernel faster from such a run (issue 24)."""
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-_MD_SPECIAL = re.compile(r"([\\*_\[\]|~#!()])")
-_INERT = re.compile(r"[`@#]|://|(?i:www)\.")
-"""What GitHub turns into code, mentions, links or references; one pass, so no entity is re-read."""
-_INERT_AS = {"`": "&#96;", "@": "@&#8203;", "#": "#&#8203;", "://": ":&#8203;//"}
-"""Their inert spellings (``www.`` in any case gets a zero-width space before its dot)."""
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?")
 
 
 # --------------------------------------------------------------------------- escaping
 
 
-def strip_control(text: str, *, keep_newlines: bool = False) -> str:
-    """Remove control and bidi-override characters; tabs (and newlines unless kept) become spaces."""
-    if keep_newlines:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-        return _CONTROL.sub("", text.replace("\t", "    "))
-    return _CONTROL.sub("", re.sub(r"[\t\n\r]+", " ", text))
-
-
-def md(value: object, limit: int = 300) -> str:
-    """Untrusted text as inert inline Markdown: one line, bounded, no HTML, no mentions.
-
-    Control characters are removed, the text is cut to ``limit`` characters, Markdown punctuation
-    is backslash-escaped, ``& < > "`` and backticks become entities, and a zero-width space breaks
-    everything GitHub would turn into a link or a notification by itself: after ``@`` (mentions,
-    e-mail addresses), inside ``://`` (bare URLs of any scheme), after ``www`` (``www.`` hosts)
-    and after ``#`` (issue references). Escaping alone does not do it: GitHub autolinks text, and
-    a backslash-escaped ``https\\://`` is still the text ``https://``.
-    """
-    text = " ".join(strip_control(str(value)).split())
-    if len(text) > limit:
-        text = text[: limit - 1].rstrip() + "…"
-    text = _MD_SPECIAL.sub(r"\\\1", text)
-    text = (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    )
-    return _INERT.sub(lambda m: _INERT_AS.get(m.group(0), m.group(0)[:3] + "&#8203;."), text)
-
-
-def code_block(text: str, lang: str = "") -> str:
-    """Text in a fenced code block whose fence no line of the text can close."""
-    body = strip_control(text, keep_newlines=True)
-    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
-    fence = "`" * max(3, longest + 1)
-    if not body.endswith("\n"):
-        body += "\n"
-    return f"{fence}{lang}\n{body}{fence}"
-
-
-def model_label(names: Sequence[str]) -> str:
+def model_label(names: Sequence[str], gpu: bool = True) -> str:
     """One line for the top of a PR body, comment or summary whose patch of ``names`` (target names)
-    a model wrote: kernelpro measured it faster and correct, and checked nothing else about it."""
+    a model wrote: kernelpro measured it faster and correct (``gpu``: timed on a GPU; otherwise
+    verified correct, with timings from the CPU interpreter), and checked nothing else about it."""
     kernels = ", ".join(f"`{n}`" if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", n) else "a kernel" for n in names[:20])
+    measured = ("measured it faster and correct" if gpu else
+                "verified it correct (its timings are not GPU timings: Triton's interpreter on the CPU)")
     return (f"**{MODEL_WRITTEN}** The patch of {kernels} was written by a language model, not derived from "
-            "launch parameters; kernelpro measured it faster and correct on the workloads below and checked "
+            f"launch parameters; kernelpro {measured} on the workloads below and checked "
             "nothing else about what the code does.")
+
+
+def _all_gpu(targets: Iterable[TargetResults]) -> bool:
+    """Whether every one of ``targets`` was timed on a GPU: the condition for any speed claim
+    about them together (as :func:`~kernelpro.bot.publish.title_for` decides the title)."""
+    return all(t.gpu_timings for t in targets)
 
 
 def _safe_url(url: str | None) -> str | None:
@@ -180,10 +153,12 @@ def _driver(t: TargetResults) -> str | None:
     return None
 
 
-def _gate_text(w: Winner) -> str:
+def _gate_text(w: Winner, gpu: bool = True) -> str:
     trials = sorted({c.trials for c in w.correctness})
     trials_s = "/".join(str(n) for n in trials) if trials else "n/a"
-    return (f"passed the final gate: at least {_x(w.gamma)} faster than the PR's kernel on every one of "
+    pace = (f"at least {_x(w.gamma)} faster than the PR's kernel" if gpu
+            else f"at least {_x(w.gamma)} the PR's kernel's speed {CPU_TIMING},")
+    return (f"passed the final gate: {pace} on every one of "
             f"{len(w.workloads)} workload(s), re-measured side by side (gamma = {w.gamma:g}), and correct on "
             f"{trials_s} fresh seeded input set(s) per workload{_MEMCHECK.get(w.memcheck, '')}")
 
@@ -228,6 +203,11 @@ def _base_branch(t: TargetResults, short: bool = False) -> str:
     if not bb.speedup_vs_head:
         return "not compared" if short else "not compared: a kernel failed when the two were re-measured side by side"
     rel = 1.0 / bb.speedup_vs_head
+    if not t.gpu_timings:
+        # Timed in Triton's interpreter: a ratio, never a verdict of faster or slower.
+        if short:
+            return f"{_x(rel)} the base's speed in the CPU interpreter"
+        return f"the PR's kernel runs at {_x(rel)} the speed of the base branch's, {CPU_TIMING}"
     # The runner's verdict holds its margin; an artifact without one (older runner) falls back to 3 %.
     reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
     if short:
@@ -327,11 +307,48 @@ def _chart(t: TargetResults) -> str | None:
 _RUN = re.compile(r"https?://[^/]+/([A-Za-z0-9._-]+/[A-Za-z0-9._-]+)/actions/runs/([0-9]+)(?:/.*)?")
 
 
-def _repro(name: str, head_sha: str, base_sha: str, run_url: str | None, evaluations: int) -> str:
-    """Commands that run as written: the real run, artifact pattern, head and base (no placeholders),
-    and an evaluation that prints baseline, candidate and speedup per workload."""
+_RELEASE = re.compile(r"[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}(?:-[0-9A-Za-z.-]{1,40})?")
+"""A kernelpro version that names a release tag (``v`` + semantic version): the only version text
+that goes into the install command (the artifact's is untrusted; a shell would run the rest)."""
+_GITHUB_REPO = re.compile(r"https://github\.com/[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
+
+
+@functools.cache
+def _kernelpro_repo() -> str | None:
+    """The repository kernelpro is published from, as its installed metadata declares it (the
+    ``Source`` project URL, which names the repository of the example workflow's ``uses:`` lines)."""
+    try:
+        entries = importlib.metadata.metadata("kernelpro").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    urls = dict((label.strip().lower(), url.strip()) for label, _, url in (e.partition(",") for e in entries))
+    for key in ("source", "repository", "homepage"):
+        url = urls.get(key, "").removesuffix(".git").rstrip("/")
+        if _GITHUB_REPO.fullmatch(url):
+            return url
+    return None
+
+
+def _install(version: str) -> list[str]:
+    """The command that installs the kernelpro that produced the results: its release tag
+    ``v<version>`` (the one the workflow's ``uses:`` line pins), with the engine (torch, triton)."""
+    note = "   # the kernelpro that produced these results"
+    if not _RELEASE.fullmatch(version):
+        version, note = __version__, "   # the results record no release version: this is the publishing kernelpro's"
+    repo = _kernelpro_repo()
+    if repo is None:
+        return [f"# install kernelpro v{version} with its engine extra (the repository it came from is not recorded)"]
+    # The tag's source archive: pip builds it as the action builds its checkout, and needs no git.
+    return [f'python -m pip install "kernelpro[engine] @ {repo}/archive/refs/tags/v{version}.tar.gz"{note}']
+
+
+def _repro(name: str, head_sha: str, base_sha: str, run_url: str | None, evaluations: int,
+           version: str = __version__) -> str:
+    """Commands that run as written: install the kernelpro ``version`` that produced the results,
+    the real run, artifact pattern, head and base (no placeholders), and an evaluation that prints
+    baseline, candidate and speedup per workload."""
     m = _RUN.fullmatch(run_url or "")
-    lines = []
+    lines = _install(version)
     if m:
         lines += [f"gh run download {m.group(2)} -R {m.group(1)} --pattern 'kernelpro-result-*' --dir kernelpro-results",
                   f"cd \"$(dirname \"$(find kernelpro-results -path '*/{name}/baseline.json' | head -n 1)\")\""]
@@ -375,7 +392,8 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
             "guard_rows": guard_rows,
             "guard_notes": guard_notes,
             "speedup": _x(w.speedup),
-            "gate": _gate_text(w),
+            "verdict": f"{_x(w.speedup)} faster" if t.gpu_timings else f"verified correct; {_x(w.speedup)} {CPU_TIMING}",
+            "gate": _gate_text(w, t.gpu_timings),
             "baseline_time": f"{_ms(base_g)} ms" if base_g else "n/a",
             "best_time": f"{_ms(best_g)} ms" if best_g else "n/a",
             "lineage": "; then ".join(md(x, 200) for x in w.lineage[:20]) or md(w.note, 300),
@@ -457,7 +475,7 @@ def _kernel(t: TargetResults, head_sha: str, base_sha: str = "", run_url: str | 
         "chart": _chart(t),
         "curve_len": len(t.curve),
         "search": search,
-        "repro": code_block(_repro(name, head_sha, base_sha, run_url, t.evaluations), "bash"),
+        "repro": code_block(_repro(name, head_sha, base_sha, run_url, t.evaluations, t.kernelpro_version), "bash"),
         "provenance": {
             "kernelpro": md(t.kernelpro_version, 40),
             "gpu": md(t.hardware, 100),
@@ -478,7 +496,8 @@ def _headline(t: TargetResults) -> dict[str, str]:
     w = t.winner
     return {
         "name": _name(t),
-        "result": f"**{_x(w.speedup)}** faster, verified" if w else "the PR's kernel stands",
+        "result": ("the PR's kernel stands" if w is None else f"**{_x(w.speedup)}** faster, verified" if t.gpu_timings
+                   else f"verified correct; **{_x(w.speedup)}** {CPU_TIMING}"),
         "detail": (
             f"gate gamma {w.gamma:g}, {len(w.workloads)} workload(s)"
             if w
@@ -516,13 +535,15 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
         "programmer": md(programmer, 60),
         "model": md(model, 100) if model else None,
         "winners": [_headline(t) for t in results.winners],
+        # Only a run whose every winner was timed on a GPU is called faster (the title's rule).
+        "faster": bool(results.winners) and _all_gpu(results.winners),
         "headlines": [_headline(t) for t in results.targets],
         "n_targets": len(results.targets),
         "cpu": [_name(t) for t in results.targets if not t.gpu_timings],
         "guarded": any(t.winner.guards is not None and t.winner.guards.shapes for t in results.winners if t.winner),
         "kernels": [_kernel(t, head, base, url) for t in results.targets],
         "not_measured": NOT_MEASURED,
-        "model_label": model_label(model_written) if model_written else None,
+        "model_label": model_label(model_written, _all_gpu(results.targets)) if model_written else None,
     }
     template = _env().get_template("pr_body.md.j2")
     dropped: list[str] = []
@@ -564,7 +585,10 @@ def render_comment(state: str, **ctx: Any) -> str:
     Every value in ``ctx`` must already be escaped (:func:`md`, :func:`code_block`, a safe URL):
     the template adds no escaping of its own, exactly like the PR body's."""
     base: dict[str, Any] = {"model_label": None, "n": 0, "i": 0, "evaluations": 0, "best": "", "reason": "",
-                            "pr_url": None, "run_url": None, "programmers": []}
+                            "pr_url": None, "run_url": None, "programmers": [],
+                            # fork: "found a faster kernel" only when the caller says every winner was timed
+                            # on a GPU; otherwise "a verified kernel change", and the summary below says the rest.
+                            "gpu": False}
     return _fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
 
 
@@ -640,7 +664,7 @@ def render_summary_comment(results: Results, *, pr_number: int | None = None, he
         compared=pr_number is not None and bool(head), pr=int(pr_number or 0),
         head_sha=head[:12], base_sha=base[:12], pr_url=url, follow_note=follow_note,
         reason=md(reason, 500) if reason and not url else "", run_url=_safe_url(run_url),
-        model_label=model_label(model_written) if model_written else None,
+        model_label=model_label(model_written, _all_gpu(results.targets)) if model_written else None,
         programmers=[_model_use(t) for t in results.targets if t.programmer is not None and t.programmer.model],
     )
 
@@ -658,7 +682,7 @@ def _model_use(t: TargetResults) -> dict[str, Any]:
 def render_job_summary(results: Results, model_written: Sequence[str] = ()) -> str:
     """A short Markdown table for ``GITHUB_STEP_SUMMARY`` (the publish check's page); its first line
     is :func:`model_label` when a model wrote a published patch."""
-    lines = [model_label(model_written), ""] if model_written else []
+    lines = [model_label(model_written, _all_gpu(results.targets)), ""] if model_written else []
     lines += ["## kernelpro", ""]
     if any(not t.gpu_timings for t in results.targets):
         lines += [

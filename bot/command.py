@@ -10,6 +10,7 @@ of the run that is optimizing), through the Actions API.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from github import GithubException
@@ -19,7 +20,7 @@ from kernelpro.templates import environment
 from .body import code_block, md
 from .event import MAX_BUDGET, Trigger
 
-__all__ = ["live_run", "reply", "reply_text"]
+__all__ = ["Answered", "live_run", "reply", "reply_text"]
 
 _LIVE = re.compile(r"<!-- kernelpro:live run=([0-9]{1,20}) -->")
 
@@ -29,6 +30,16 @@ def reply_text(kind: str, **ctx: Any) -> str:
     base: dict[str, Any] = {"repo": "", "label": "optimize-kernels", "max_budget": MAX_BUDGET, "text": "",
                             "error": "", "fix": ""}
     return environment().get_template("command.md.j2").render(**{**base, **ctx, "kind": kind})
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What :func:`reply` did."""
+
+    log: str
+    """What was done, for the job log."""
+    cancelled: int | None = None
+    """The workflow run GitHub accepted to cancel (``/kernelpro cancel``); None when none was."""
 
 
 def live_run(sticky_body: str | None) -> int | None:
@@ -53,10 +64,11 @@ def _fix(error: str, known: list[str]) -> str:
 
 
 def reply(repo: Any, trigger: Trigger, *, sticky_body: str | None, may_write: bool, label: str,
-          known_kernels: list[str] | None = None) -> str:
+          known_kernels: list[str] | None = None) -> Answered:
     """Answer ``trigger`` (help, status, cancel or invalid) on its pull request; returns what was
-    done, for the job log. GitHub errors on the cancel itself are answered too, not raised."""
+    done. GitHub errors on the cancel itself are answered too, not raised."""
     issue = repo.get_issue(trigger.pr)
+    cancelled: int | None = None
     who = md(trigger.repo, 100)
     if trigger.kind == "help":
         text = reply_text("help", repo=who, label=md(label, 50))
@@ -89,6 +101,7 @@ def reply(repo: Any, trigger: Trigger, *, sticky_body: str | None, may_write: bo
             except GithubException as e:
                 ok, why = False, f"GitHub answered {e.status}"
             link = f"https://github.com/{trigger.repo}/actions/runs/{run}"
+            cancelled = run if ok else None
             text = (reply_text("cancelled", text=f"[workflow run {run}]({link}) was asked to stop; its jobs end "
                                f"within a minute. Comment `/kernelpro retry` to start again.")
                     if ok else reply_text("status", text=f"could not cancel [workflow run {run}]({link}) "
@@ -96,4 +109,4 @@ def reply(repo: Any, trigger: Trigger, *, sticky_body: str | None, may_write: bo
     else:
         text = reply_text("invalid", error=code_block(trigger.error), fix=_fix(trigger.error, known_kernels or []))
     issue.create_comment(text)
-    return f"answered /kernelpro {trigger.kind}"
+    return Answered(f"answered /kernelpro {trigger.kind}", cancelled)

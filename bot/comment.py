@@ -230,6 +230,7 @@ def progress_body(
     best_speedup: float | None,
     pr_url: str | None = None,
     reason: str | None = None,
+    reason_md: str | None = None,
 ) -> str:
     """The progress comment's Markdown (without the marker: :meth:`StickyComment.update` adds it).
 
@@ -243,6 +244,8 @@ def progress_body(
     n = max(int(kernels), 0)
     i = min(max(int(kernel_i), 0), n)
     evals = max(int(evaluations), 0)
-    why = md(reason, 500) if reason else ("no verified improvement" if state == "done" else "an unexpected error")
+    why = reason_md or (md(reason, 500) if reason else ("no verified improvement" if state == "done"
+                                                        else "an unexpected error"))
+    why = why.rstrip().rstrip(".")  # the template ends the sentence
     return render_comment(str(state), n=n, i=i, evaluations=evals, best=_speedup(best_speedup),
                           pr_url=_safe_url(pr_url), reason=why)

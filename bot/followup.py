@@ -6,12 +6,16 @@ The results are untrusted data (the optimize jobs ran the pull request's code): 
 target may patch, and the raw CUDA launch its knobs are read with, come from the trusted base
 branch's configuration through the caller's ``limits`` (kernelpro/action.py reads it with the
 runner's loader: bot/ never imports runner/); who wrote the candidates comes from the workflow's
-settings, never from the artifact.
+settings, never from the artifact. Which targets to expect comes from the plan job (its ``targets``
+output, ``Settings.plan_targets``): a target whose optimize job failed uploaded nothing, and the
+final comment still has its row; when no job uploaded anything, the comment and the commit status
+say so instead of staying queued and pending.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +27,10 @@ from kernelpro.settings import Settings
 from kernelpro.workspace import checkouts
 
 from .artifact import Results, load_results
-from .body import render_job_summary, render_summary_comment
+from .body import _safe_url, md, render_comment, render_job_summary, render_summary_comment
 from .comment import CommentError, StickyComment, progress_body
 from .event import Trigger
-from .job import ActionError, explain, fetch_pr, status, summary
+from .job import ActionError, explain, fetch_pr, react, status, summary
 from .publish import Launch, publish
 from .status import verdict
 
@@ -34,6 +38,10 @@ __all__ = ["Limits", "publish_results"]
 
 BOT_EMAIL = "41898282+github-actions[bot]@users.noreply.github.com"
 """The commit e-mail of github-actions[bot]."""
+NO_RESULTS = "no optimize job uploaded results"
+"""Why publish stops when there is nothing to publish (the comment and the commit status say it)."""
+_RETRY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+"""A target name that `/kernelpro retry --kernel` takes and a code span shows as it is."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,8 @@ class Limits:
 
 
 def _results_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():  # actions/download-artifact found no artifact to download
+        return []
     if (root / "summary.json").exists():
         return [root]
     return sorted(p for p in root.iterdir() if p.is_dir() and (p / "summary.json").exists())
@@ -61,30 +71,33 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     repo = gh.get_repo(trigger.repo)
     pr = repo.get_pull(trigger.pr)
     head_sha = head_sha or trigger.head_sha or pr.head.sha
+    sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
+    ack = repo.get_issue(trigger.pr).get_comment(trigger.comment_id) if trigger.comment_id else None
+    dirs = _results_dirs(results_root)
+    if not dirs:
+        raise _nothing_to_publish(settings, repo, sticky, ack, head_sha)
     fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, pr.base.sha))
     # The allowed files, and the raw CUDA launch each target's knobs are read with (so publish can
     # recompute tuner patches), come from the trusted base-branch configuration, never from the artifacts.
     with checkouts(checkout, pr.base.sha, head_sha) as co:
         allowed = limits(co.base)
-    parts = [load_results(d, allowed_files=allowed.files) for d in _results_dirs(results_root)]
-    if not parts:
-        raise ActionError(
-            f"no results under {results_root}: did the optimize jobs upload their artifacts?"
-        )
+    parts = [load_results(d, allowed_files=allowed.files) for d in dirs]
     results = Results(tuple(t for p in parts for t in p.targets), parts[0].config_note)
+    # A target whose optimize job failed uploaded nothing: only plan's list still knows it.
+    missing = [t for t in settings.plan_targets if t not in {r.name for r in results.targets}]
     is_fork = pr.head.repo is None or pr.head.repo.full_name.lower() != trigger.repo.lower()
     if push_url is None:
         server = settings.github_server_url.split("://", 1)
         push_url = (
             f"{server[0]}://x-access-token:{settings.github_token}@{server[1]}/{trigger.repo}.git"
         )
-    sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
-    ack = repo.get_issue(trigger.pr).get_comment(trigger.comment_id) if trigger.comment_id else None
     try:
+        # No sticky: a comment-only outcome's text comes back (published.comment) and is posted
+        # below with the rows of the targets that have no results, like every other final state.
         published = publish(repo, pr_number=trigger.pr, results=results, checkout=checkout, push_url=push_url,
                             bot_name=settings.bot_login, bot_email=BOT_EMAIL,
                             base_branch_of_pr=pr.base.ref, pr_head_branch=pr.head.ref, pr_head_sha=head_sha,
-                            is_fork=is_fork, allowed_files=allowed.files, launches=allowed.launches, sticky=sticky,
+                            is_fork=is_fork, allowed_files=allowed.files, launches=allowed.launches, sticky=None,
                             run_url=settings.run_url or None,
                             # Who wrote the candidates, from the workflow's configuration (never the
                             # artifact): anything but llm makes publish refuse a patch it cannot recompute.
@@ -110,22 +123,61 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
         print(f"::warning title=kernelpro::the follow-up pull request has no {w}")
     status(repo, head_sha, "success", verdict(results, published.pr_url),
             published.pr_url or settings.run_url or None)
-    if published.action != "comment-only":  # comment-only outcomes were posted by publish()
-        # The model label (when a model wrote a patch) leads the sticky comment too.
+    if published.action == "comment-only" and published.comment is not None:
+        done = published.comment
+    else:  # the model label (when a model wrote a patch) leads the sticky comment too
         done = render_summary_comment(results, pr_number=trigger.pr, head_sha=head_sha, base_sha=pr.base.sha,
                                       pr_url=published.pr_url, reason=published.reason,
                                       run_url=settings.run_url or None, model_written=published.model_written)
-        try:
-            sticky.update(done, force=True)
-        except CommentError as e:
-            why = f"{published.action} {published.pr_url or published.reason}, but the progress comment could not say so: {e}"
-            with contextlib.suppress(CommentError):  # a second try often gets through a transient error
-                sticky.update(progress_body("failed", kernel_i=len(results.targets), kernels=len(results.targets),
-                                            evaluations=0, best_speedup=None, reason=why), force=True)
-            raise ActionError(why) from e
+    try:
+        sticky.update(with_missing(done, missing, settings.run_url or None), force=True)
+    except CommentError as e:
+        why = f"{published.action} {published.pr_url or published.reason}, but the progress comment could not say so: {e}"
+        with contextlib.suppress(CommentError):  # a second try often gets through a transient error
+            sticky.update(progress_body("failed", kernel_i=len(results.targets), kernels=len(results.targets),
+                                        evaluations=0, best_speedup=None, reason=why), force=True)
+        raise ActionError(why) from e
     if ack is not None:
         try:  # only an acknowledgement: the work is published, so this must not fail the job
             ack.create_reaction("+1")
         except GithubException as e:
             print(f"::warning title=kernelpro::{explain(e, 'the +1 reaction on the retry comment')}")
     return f"{published.action}: {published.pr_url or published.reason}"
+
+
+def _nothing_to_publish(settings: Settings, repo: Any, sticky: StickyComment, ack: Any, head_sha: str) -> ActionError:
+    """No optimize job uploaded results (each failed, or the run was cancelled): the comment's
+    queued or live state and the pending status must not outlive the run (a required check would
+    wait forever), so both say so; returns the error that fails the job."""
+    why = (f"{NO_RESULTS}: every optimize job failed or the run was cancelled. Fix what their logs say, then "
+           "comment /kernelpro retry or add the label again")
+    body = render_comment("failed", n=len(settings.plan_targets), i=0, evaluations=0, reason=md(why, 500),
+                          run_url=_safe_url(settings.run_url))
+    try:
+        sticky.update(body, force=True)
+    except CommentError as e:
+        print(f"::warning title=kernelpro::could not write the failure to the sticky comment: {e}")
+    if ack is not None:
+        react(ack, "confused")
+    status(repo, head_sha, "error", f"{NO_RESULTS}; see the kernelpro comment", settings.run_url or None)
+    return ActionError(f"{why} (the results folder holds no kernelpro-result-* artifact)")
+
+
+def with_missing(text: str, names: Sequence[str], run_url: str | None) -> str:
+    """The final comment ``text`` with a row per target in ``names`` (planned, no results): in its
+    summary table, so every kernel is in one table, or in a table of their own when it has none."""
+    if not names:
+        return text
+    kernels = [{"name": f"`{n}`" if _RETRY_NAME.fullmatch(n) else md(n, 100),
+                "retry": n if _RETRY_NAME.fullmatch(n) else ""} for n in names]
+    lines = text.split("\n")
+    top = next((i for i, line in enumerate(lines) if line.startswith("| kernel |")), None)
+    if top is None:
+        rows = render_comment("missing", kernels=kernels, columns=2, header=True, run_url=_safe_url(run_url))
+        return text.rstrip("\n") + "\n\n" + rows
+    end = top
+    while end + 1 < len(lines) and lines[end + 1].startswith("|"):
+        end += 1
+    rows = render_comment("missing", kernels=kernels, columns=lines[top].count("|") - 1, header=False,
+                          run_url=_safe_url(run_url))
+    return "\n".join([*lines[: end + 1], *rows.rstrip("\n").split("\n"), *lines[end + 1:]])

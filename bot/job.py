@@ -117,10 +117,12 @@ def say_failed(gh: Any, repo_name: str, pr: int, settings: Settings, why: str) -
 
 
 def say_done(sticky: Any, reason: str, kernels: Sequence[Any] = (), snippet: Callable[[Any], str] | None = None,
-             detail: str = "") -> None:
+             detail: str = "", markdown: bool = False) -> None:
     """The final comment when nothing runs; kernels without a harness get a ready-to-paste snippet.
-    ``detail``: text shown verbatim in a code block (a configuration error), never escaped into entities."""
-    body = progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason)
+    ``detail``: text shown verbatim in a code block (a configuration error), never escaped into entities;
+    ``markdown``: ``reason`` is the bot's own Markdown (fixed text, hex SHAs, the configured label)."""
+    body = progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
+                         **({"reason_md": reason} if markdown else {"reason": reason}))
     if detail:
         body += "\n" + code_block(detail) + "\n"
     if kernels and snippet is not None:

@@ -22,9 +22,9 @@ from github import GithubException
 from kernelpro.settings import Settings
 from kernelpro.workspace import checkouts
 
-from .body import code_block, md
+from .body import code_block, md, render_comment
 from .change import changed_files, changed_kernels, config_snippet
-from .command import live_run, reply
+from .command import reply, reply_text
 from .comment import CommentError, StickyComment, progress_body
 from .event import Trigger
 from .job import ActionError, explain, fetch_pr, react, say_done, say_failed, status
@@ -32,6 +32,9 @@ from .permission import can_retry
 from .progress import live_marker
 
 __all__ = ["Configured", "Plan", "plan", "retry_commit"]
+
+NO_CONFIG = "no `.kernelpro.yml` on the base branch: nothing is configured."
+"""The reason the plan says there is nothing to run, as the bot's own Markdown."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class Plan:
     files: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Target -> its kernel files, from the base branch's configuration (the progress job's
     trusted list of what each target's results may patch)."""
+    markdown: str = ""
+    """``reason`` as Markdown that is already escaped, when it holds code spans the job summary
+    should show as code; '' when the summary escapes ``reason`` itself (it may hold commenter text)."""
 
 
 @dataclass(frozen=True)
@@ -95,16 +101,30 @@ def _answer(settings: Settings, gh: Any, trigger: Any) -> Plan:
     sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
     body = sticky.current_body()
     may_write = trigger.kind != "cancel" or can_retry(repo, trigger.sender)
-    done = reply(repo, trigger, sticky_body=body, may_write=may_write, label=settings.label)
-    run = live_run(body)
-    if trigger.kind == "cancel" and may_write and run is not None:
-        sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None,
-                                    reason=f"cancelled by {trigger.sender} (/kernelpro cancel); comment "
-                                    "/kernelpro retry to start again"), force=True)
+    answered = reply(repo, trigger, sticky_body=body, may_write=may_write, label=settings.label)
+    if answered.cancelled is not None:
+        _cancelled(settings, repo, sticky, trigger, answered.cancelled)
     if trigger.comment_id:
         react(repo.get_issue(trigger.pr).get_comment(trigger.comment_id),
               "confused" if trigger.kind == "invalid" or not may_write else "+1")
+    done = answered.log
     return Plan(False, (), trigger.pr, "", "", None, done if trigger.kind != "invalid" else f"{done}: {trigger.error}")
+
+
+def _cancelled(settings: Settings, repo: Any, sticky: StickyComment, trigger: Any, run: int) -> None:
+    """After GitHub accepted ``/kernelpro cancel`` of ``run``: the comment and the commit status end
+    the run's queued/live state, since a cancelled run may never reach publish (a required check
+    would stay pending). The status goes on the PR's head, the commit the cancelled run was approved
+    on unless the author pushed since (then the pending status is on a commit no longer checked)."""
+    why = f"cancelled by {trigger.sender} (/kernelpro cancel); comment /kernelpro retry to start again"
+    sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=why),
+                  force=True)
+    try:
+        head = repo.get_pull(trigger.pr).head.sha
+    except GithubException as e:  # the run is stopped and the comment says so: the status is a courtesy
+        print(f"::warning title=kernelpro::{explain(e, 'reading the head to end its pending status')}")
+        return
+    status(repo, head, "error", why, f"{settings.github_server_url}/{trigger.repo}/actions/runs/{run}")
 
 
 def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
@@ -112,17 +132,21 @@ def _fork_label(settings: Settings, gh: Any, trigger: Any) -> Plan:
     so nothing could be published; a maintainer's `/kernelpro retry` runs with this repository's
     token instead. Nothing runs; the comment is attempted (it succeeds only where the repository
     sends write tokens to fork workflows) and the reason is in the log and the job summary."""
-    reason = (f"this pull request comes from a fork ({trigger.head_repo}): GitHub runs `pull_request` workflows "
-              "of forks with a read-only token and no secrets, so kernelpro cannot comment or publish from "
-              "this label. A maintainer can comment `/kernelpro retry` on the pull request instead: that "
-              "runs with this repository's token, after a permission check.")
+    def why(fork: str) -> str:
+        return (f"this pull request comes from a fork ({fork}): GitHub runs `pull_request` workflows "
+                "of forks with a read-only token and no secrets, so kernelpro cannot comment or publish from "
+                "this label. A maintainer can comment `/kernelpro retry` on the pull request instead: that "
+                "runs with this repository's token, after a permission check.")
+
+    reason = why(trigger.head_repo or "")
     try:
         StickyComment(gh.get_repo(trigger.repo), trigger.pr, bot_login=settings.bot_login).update(
             progress_body("done", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=reason),
             force=True)
     except (GithubException, CommentError) as e:
         print(f"::notice title=kernelpro::{reason} (the comment could not be written: {e})")
-    return Plan(False, (), trigger.pr, trigger.head_sha or "", trigger.base_sha or "", None, reason)
+    return Plan(False, (), trigger.pr, trigger.head_sha or "", trigger.base_sha or "", None, reason,
+                markdown=why(md(trigger.head_repo or "", 100)))
 
 
 _HEAD_EVENTS = ("committed", "head_ref_force_pushed", "head_ref_restored")
@@ -138,12 +162,12 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
     activity log (server time, unlike commit dates) must record no update of the head branch after
     the comment. Anything else is a head that moved after the maintainer looked: not approved."""
     head, n = pr.head.sha, trigger.pr
-    again = f"Review the pull request at {head[:12]}, then comment `/kernelpro retry {head}` to optimize exactly that commit."
+
+    def refused(why: str) -> tuple[str, str]:
+        return "", reply_text("unapproved", why=why, pr=n, sha=trigger.head_sha or "", head=head).strip()
+
     if trigger.head_sha:
-        if trigger.head_sha != head:
-            return "", (f"`/kernelpro retry {trigger.head_sha}` names a commit that is not the head of #{n} "
-                        f"(now {head[:12]}), so nothing runs. {again}")
-        return head, ""
+        return (head, "") if trigger.head_sha == head else refused("not_head")
     before: list[str] = []
     after: list[str] = []
     found = False
@@ -160,11 +184,9 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
                 if found or _later(committed, trigger.comment_at):
                     after.append(sha)
     if not found:
-        return "", (f"kernelpro could not find this `/kernelpro retry` in the timeline of #{n}, so it cannot tell "
-                    f"which commit it approves and nothing runs. {again}")
+        return refused("not_found")
     if after or head not in before or _pushed_after(pr, trigger.comment_at):
-        return "", (f"The head of #{n} moved after this `/kernelpro retry` (it is now {head[:12]}): commits pushed "
-                    f"after a maintainer's comment are not approved by it, so nothing runs. {again}")
+        return refused("moved")
     return head, ""
 
 
@@ -202,10 +224,7 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
         issue_comment = repo.get_issue(trigger.pr).get_comment(trigger.comment_id)
         if not can_retry(repo, trigger.sender):
             react(issue_comment, "confused")
-            repo.get_issue(trigger.pr).create_comment(
-                f"Thanks! `/kernelpro retry` runs code from this pull request on a GPU runner, so it is only "
-                f"honoured from people with write access to {trigger.repo}. A maintainer can start it."
-            )
+            repo.get_issue(trigger.pr).create_comment(reply_text("refused", repo=md(trigger.repo, 100)))
             return Plan(
                 False,
                 (),
@@ -219,7 +238,8 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
         if refused:
             react(issue_comment, "confused")
             repo.get_issue(trigger.pr).create_comment(refused)
-            return Plan(False, (), trigger.pr, pr.head.sha, pr.base.sha, None, refused)
+            # The reply's code spans (the command to use) stay code in the job summary too.
+            return Plan(False, (), trigger.pr, pr.head.sha, pr.base.sha, None, refused, markdown=refused)
         react(issue_comment, "eyes")
     else:
         head_sha = trigger.head_sha or pr.head.sha
@@ -227,8 +247,9 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
             reason = (f"commits were pushed after the `{settings.label}` label was added (labelled {head_sha[:10]}, "
                       f"head now {pr.head.sha[:10]}); they are not approved. Re-apply the label or comment "
                       "`/kernelpro retry` to optimize the new head.")
-            say_done(sticky, reason)
-            return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason)
+            say_done(sticky, reason, markdown=True)
+            # Markdown as it is: the label is the workflow's own setting and the SHAs are hex.
+            return Plan(False, (), trigger.pr, head_sha, pr.base.sha, None, reason, markdown=reason)
     base_sha = pr.base.sha
     fetch_pr(checkout, trigger.pr, head_sha, settings.github_token, (pr.base.ref, base_sha))
     changed = changed_files(checkout, base_sha, head_sha)
@@ -236,9 +257,9 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
         cfg_path = co.base / ".kernelpro.yml"
         if not cfg_path.exists():
             kernels = changed_kernels(checkout, base_sha, head_sha)
-            reason = "no `.kernelpro.yml` on the base branch: nothing is configured."
-            say_done(sticky, reason, kernels, config_snippet)
-            return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
+            reason = NO_CONFIG
+            say_done(sticky, reason, kernels, config_snippet, markdown=True)
+            return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason, markdown=reason)
         read = configured(co.base, co.head, trigger.kernel, changed)
     if read.error:
         if trigger.kernel and read.known and trigger.kernel not in read.known:
@@ -265,17 +286,13 @@ def _plan(settings: Settings, checkout: Path, gh: Any, trigger: Trigger, configu
         say_done(sticky, reason)
         return Plan(False, (), trigger.pr, head_sha, base_sha, None, reason)
     names = tuple(name for name, _ in read.targets)
-    queued = progress_body("queued", kernel_i=0, kernels=len(names), evaluations=0, best_speedup=None)
-    queued += f"\nWill be optimized: {', '.join(md(n, 100) for n in names)}.\n"
     covered = {f for _, files in read.targets for f in files}
     uncovered = [] if trigger.kernel else [k for k in changed_kernels(checkout, base_sha, head_sha)
                                            if k.path not in covered]
-    if uncovered:
-        queued += ("\nThese changed kernels have no harness, so they are not optimized. Add this to `.kernelpro.yml` "
-                   "on the base branch and fill in the marked fields:\n\n"
-                   + code_block(config_snippet(uncovered), "yaml") + "\n")
     # The live marker lets the progress job edit this comment until publish writes the final state.
-    sticky.update(queued + (live_marker(settings.run_id) + "\n" if settings.run_id else ""), force=True)
+    sticky.update(render_comment("queued", n=len(names), targets=[md(n, 100) for n in names],
+                                 snippet=code_block(config_snippet(uncovered), "yaml") if uncovered else "",
+                                 live=live_marker(settings.run_id) if settings.run_id else ""), force=True)
     status(repo, head_sha, "pending", f"optimizing {len(names)} kernel(s)", settings.run_url or None)
     return Plan(
         True,

@@ -253,6 +253,11 @@ def recompute(g: _Git, head_sha: str, t: TargetResults, files: Sequence[str],
 # --------------------------------------------------------------------------- comments
 
 
+def _on_gpu(results: Results) -> bool:
+    """Whether every winner was timed on a GPU: only then may the bot's text call a kernel faster."""
+    return bool(results.winners) and all(t.gpu_timings for t in results.winners)
+
+
 def _fork_comment(results: Results, patch: str, pr_number: int, label: str = "", *,
                   head_sha: str = "", run_url: str | None = None) -> str:
     """The sticky comment of a fork's pull request: the patch to apply and the same summary as any
@@ -261,7 +266,7 @@ def _fork_comment(results: Results, patch: str, pr_number: int, label: str = "",
     summary = summary.split("\n", 2)[2] if summary.startswith("### kernelpro\n") else summary
     for block in (code_block(patch, "diff"), ""):
         text = render_comment("fork", pr=int(pr_number), patch=block, summary=summary,
-                              model_label=label or None)
+                              model_label=label or None, gpu=_on_gpu(results))
         if len(text) <= _BUDGET:
             return text
     return text[:_BUDGET]
@@ -302,6 +307,25 @@ def head_marker(sha: str) -> str:
     return f"<!-- kernelpro:head={sha} -->"
 
 
+def _close_ready(repo: Repository, branch: str) -> int | None:
+    """Before model-written code is pushed to ``branch``: a ready (non-draft) pull request from it is
+    closed, so no ready pull request ever shows model code (the REST API cannot turn it into a draft;
+    a draft replaces it). Its number, or None when there was none; closing that fails stops the
+    publish before the push (an audit found the push first, then a failed close, left model code in a
+    ready pull request whose body said tuner-verified)."""
+    try:
+        existing = _pr_from(repo, branch, "open")
+    except GithubException as exc:
+        raise _gh_error(f"looking for an open pull request from {branch}", exc) from exc
+    if existing is None or existing.draft:
+        return None
+    try:
+        existing.edit(state="closed")
+    except GithubException as exc:
+        raise _gh_error(f"closing #{existing.number} to replace it with a draft", exc) from exc
+    return existing.number
+
+
 def _open_or_update(
     repo: Repository, *, branch: str, base: str, title: str, body: str, draft: bool = False
 ) -> tuple[PullRequest, Action]:
@@ -310,12 +334,8 @@ def _open_or_update(
     except GithubException as exc:
         raise _gh_error(f"looking for an open pull request from {branch}", exc) from exc
     if existing is not None and draft and not existing.draft:
-        # A model-written patch is only ever offered as a draft; the REST API cannot turn an open
-        # pull request into one, so the ready one is closed and a draft replaces it.
-        try:
-            existing.edit(state="closed")
-        except GithubException as exc:
-            raise _gh_error(f"closing #{existing.number} to replace it with a draft", exc) from exc
+        # _close_ready closed it before the push; one reopened since is closed now, as it was.
+        _close_ready(repo, branch)
         body += f"\nReplaces #{existing.number}, which was not a draft.\n"
         existing = None
     if existing is None:
@@ -433,7 +453,7 @@ def publish(
                 "run were written by the tuner, whose patches publish recomputes and must match exactly",
             )
         model_written.append(t.name)
-    label = model_label(model_written) if model_written else ""
+    label = model_label(model_written, gpu=_on_gpu(results)) if model_written else ""
 
     body = render_body(results, pr_number=n, head_sha=pr_head_sha, run_url=run_url,
                        kernelpro_version=kernelpro_version, programmer=programmer,
@@ -524,6 +544,8 @@ def publish(
         message, author=actor, committer=actor, skip_hooks=True, parent_commits=None
     )
     sha = commit.hexsha
+    if model_written and (replaced := _close_ready(repo, branch)) is not None:
+        body += f"\nReplaces #{replaced}, which was not a draft.\n"
     lease = f"refs/heads/{branch}:{tip or ''}"
     g("push", "--quiet", "--no-verify", f"--force-with-lease={lease}", "--", g.url,
       f"{sha}:refs/heads/{branch}")

@@ -1,6 +1,8 @@
 """kernelpro's verdict as a commit status on the pull request's head (context ``kernelpro``), so the
 PR's checks list and branch protection show it: pending while a run optimizes, then success with
-the verdict and a link to the follow-up PR (or the run), or error when publishing failed.
+the verdict and a link to the follow-up PR (or the run), or error when publishing failed, when no
+optimize job uploaded results (bot/followup.py) or when ``/kernelpro cancel`` stopped the run
+(bot/plan.py): it never stays pending, which would block a required check.
 
 A status is a courtesy next to the sticky comment: a GitHub error is returned as a reason (and
 logged by the caller), never raised, so it cannot fail a run whose work is done.

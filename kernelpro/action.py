@@ -28,6 +28,8 @@ from typing import Any
 from kernelpro import pipeline
 from kernelpro.bot import followup, progress
 from kernelpro.bot import plan as planning
+from kernelpro.bot.body import md
+from kernelpro.bot.command import reply_text
 from kernelpro.bot.event import Trigger, parse_event_file
 from kernelpro.bot.followup import Limits
 from kernelpro.bot.job import ActionError, connect, explain, retry_policy, summary, write_outputs
@@ -111,7 +113,8 @@ def cmd_plan(args: Any, settings: Settings) -> int:
                              "pr": str(p.pr), "head_sha": p.head_sha, "base_sha": p.base_sha,
                              "budget": str(p.budget or ""), "files": json.dumps(dict(p.files))})
     print(f"kernelpro plan: {p.reason}")
-    summary(settings, f"### kernelpro plan\n\n{p.reason}")
+    # The reason can quote the commenter: Markdown escaped like every reply, unless plan already did.
+    summary(settings, reply_text("summary", text=p.markdown or md(p.reason, 4000)).rstrip("\n"))
     return 0
 
 

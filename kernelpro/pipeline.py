@@ -265,6 +265,8 @@ def reproduce(request: Request, settings: Settings, rs: RunSettings, *, device: 
                 f"KERNELPRO_LLM_MODEL={settings.llm_model}"]
         if settings.llm_max_tokens:
             env.append(f"KERNELPRO_LLM_MAX_TOKENS={settings.llm_max_tokens}")
+        if settings.cutlass_dir:  # the prompts then offer the code tools over that checkout
+            env.append(f"KERNELPRO_CUTLASS_DIR={settings.cutlass_dir}")
     args = ["kernelpro", "optimize", "--repo", str(request.repo), "--base", base_sha, "--head", head_sha,
             "--out", str(request.out), "--kernel", kernel, "--budget", str(budget), "--programmer",
             programmer, "--search", rs.search, "--feedback", rs.feedback, "--tools", rs.tool_mode,

@@ -64,6 +64,8 @@ _INTEGER = re.compile(r"0|-?[1-9][0-9]{0,17}")
 _SPEEDUP_MAX = 1e6
 _MS_MAX = 1e7
 _REL = 1e-3
+_ENERGY_BAND = 1.5
+"""How far a median of paired energy ratios may stand from the ratio of the arms' medians."""
 """How far two numbers that must agree may differ, relatively: the runner writes full floats,
 so this is rounding, not measurement noise."""
 
@@ -956,6 +958,11 @@ def _consistent(w: str, t: TargetResult) -> None:
                                       ("energy_ratio", x.energy_ratio_low, x.energy_ratio, x.energy_ratio_high)):
                 if mid is not None and not _ordered(lo, mid, hi):
                     raise fail(at, f"the {side} range {lo}..{hi} does not contain its median {mid}")
+            if x.energy_ratio is not None and x.baseline_energy_j and x.candidate_energy_j and not (
+                    1 / _ENERGY_BAND <= x.energy_ratio / (x.candidate_energy_j / x.baseline_energy_j) <= _ENERGY_BAND):
+                # A median of paired ratios, not the ratio of the medians: close to it, never far.
+                raise fail(f"{at}.energy_ratio", f"{x.energy_ratio:.4g} is far from the measured energies' ratio "
+                           f"({x.candidate_energy_j:.4g} J / {x.baseline_energy_j:.4g} J)")
             if x.speedup < win.gamma * (1 - _REL):
                 raise fail(f"{at}.speedup", f"{x.speedup:.4g} is below the gate's gamma {win.gamma:g}, "
                            "so this winner did not pass the gate on this workload")
@@ -978,6 +985,16 @@ def _consistent(w: str, t: TargetResult) -> None:
             if floor is not None and x.candidate_ms < 0.9 * floor:
                 raise fail(f"{where}.workloads", f"{x.candidate_ms:.6g} ms on {x.uuid!r} is faster than the "
                            f"roofline floor {floor:.6g} ms allows, which the gate refuses")
+    for i, row in enumerate(t.stage1.workloads if t.stage1 else ()):
+        at = f"{w}.stage1.workloads[{i}]"
+        if not row.floor_ms or not row.baseline_ms:
+            continue
+        if row.pct_of_roofline is not None and not _close(row.pct_of_roofline, 100 * row.floor_ms / row.baseline_ms):
+            raise fail(f"{at}.pct_of_roofline", f"{row.pct_of_roofline:.6g} is not 100 x floor_ms / baseline_ms "
+                       f"({100 * row.floor_ms / row.baseline_ms:.6g})")
+        if row.max_speedup is not None and not _close(row.max_speedup, row.baseline_ms / row.floor_ms):
+            raise fail(f"{at}.max_speedup", f"{row.max_speedup:.6g} is not baseline_ms / floor_ms "
+                       f"({row.baseline_ms / row.floor_ms:.6g})")
     bb = t.base_branch
     if bb is not None and bb.speedup_vs_head is not None and not _ordered(bb.low, bb.speedup_vs_head, bb.high):
         raise fail(f"{w}.base_branch", f"the range {bb.low}..{bb.high} does not contain {bb.speedup_vs_head}")

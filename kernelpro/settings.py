@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ class Settings:
     """Labels for the follow-up pull request (KERNELPRO_PR_LABELS, comma- or newline-separated)."""
     pr_reviewers: tuple[str, ...] = ()
     """Reviewers asked on the follow-up pull request (KERNELPRO_PR_REVIEWERS; ``org/team`` for a team)."""
+    plan_targets: tuple[str, ...] = ()
+    """Every target the plan job listed (KERNELPRO_TARGETS, its `targets` output as a JSON list): publish
+    names those whose optimize job uploaded no results, which it cannot learn from the artifacts."""
     no_color: bool = False
     """NO_COLOR is set: no progress bar even on a terminal, a line per new best instead."""
     visible_devices: str | None = None
@@ -108,6 +112,7 @@ class Settings:
             programmer=e.get("KERNELPRO_PROGRAMMER", "tuner"),
             pr_labels=names(e.get("KERNELPRO_PR_LABELS", "")),
             pr_reviewers=names(e.get("KERNELPRO_PR_REVIEWERS", "")),
+            plan_targets=_json_names(e, "KERNELPRO_TARGETS"),
             no_color=bool(e.get("NO_COLOR")),
             visible_devices=e.get("CUDA_VISIBLE_DEVICES"),
         )
@@ -126,6 +131,18 @@ def names(value: str) -> tuple[str, ...]:
     """A comma- or newline-separated list of labels or logins (``org/team`` for a team); a label may
     hold spaces."""
     return tuple(dict.fromkeys(x.strip() for x in value.replace("\n", ",").split(",") if x.strip()))
+
+
+def _json_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    text = env.get(name, "").strip()
+    try:
+        value = json.loads(text) if text else []
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{name}={text[:200]!r} is not a JSON list of names; pass the plan job's `targets` "
+                         "output (the action's `targets` input), or unset it")
+    return tuple(dict.fromkeys(value))
 
 
 def _positive(env: Mapping[str, str], name: str) -> int | None:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -41,9 +42,10 @@ from .trace import (
     Workload,
 )
 
-EVALUATOR_VERSION = 3
+EVALUATOR_VERSION = 4
 """Bumped when a verdict could change: 2 = judged by the parent on saved outputs (issue 3); 3 =
-timings checked against the parent's clock, secret check positions, plain outputs (issue 17)."""
+timings checked against the parent's clock, secret check positions, plain outputs (issue 17); 4 = the
+operators the verified calls dispatched are recorded (issue 21)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,10 @@ class Outcome:
     warnings: tuple[str, ...] = ()
     """What the child saw that fails nothing but may make the measurement meaningless (the entry point
     ran an installed copy of a module the target's files define: IMPORT_MISMATCH)."""
+    torch_ops: tuple[str, ...] = ()
+    """The aten operators its verified calls dispatched (runner/harness.py _Ops), as the child reported
+    them: a Triton or CUDA candidate using ones the pull request's kernel does not is refused
+    (runner/screen.py delegated)."""
 
     @property
     def passed(self) -> bool:
@@ -146,7 +152,7 @@ class Outcome:
             environment=d.get("environment", {}), log=d.get("log", ""),
             build_seconds=d.get("build_seconds", 0.0), wall_seconds=d.get("wall_seconds", 0.0),
             phases=d.get("phases", {}), timeline=d.get("timeline"), timestamp=d.get("timestamp", ""),
-            warnings=tuple(d.get("warnings") or ()),
+            warnings=tuple(d.get("warnings") or ()), torch_ops=tuple(d.get("torch_ops") or ()),
         )
 
 
@@ -774,7 +780,22 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
         timeline=res.get("timeline") if isinstance(res.get("timeline"), dict) else None,
         timestamp=_now(),
         warnings=warnings,
+        torch_ops=_torch_ops(res.get("workloads")),
     )
+
+
+_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]{1,120}")
+
+
+def _torch_ops(entries: Any) -> tuple[str, ...]:
+    """The operators every workload's verified calls dispatched, in the child's words: only names of an
+    operator's shape are kept. A candidate that tampers with the harness in its own process could hide
+    some (the static check, runner/screen.py, is the first line; this one sees what its source hides)."""
+    ops: set[str] = set()
+    for e in entries if isinstance(entries, list) else ():
+        got = e.get("torch_ops") if isinstance(e, dict) else None
+        ops.update(o for o in (got if isinstance(got, list) else ())[:1000] if isinstance(o, str) and _OP_NAME.fullmatch(o))
+    return tuple(sorted(ops))
 
 
 # Resident memory of torch, CUDA and Triton before the candidate allocates anything.

@@ -21,6 +21,7 @@ from .guard import GuardShape
 from .guard import check as check_guards
 from .pool import Schedule
 from .result import GateResult, RunSettings
+from .screen import REJECTED, delegated
 from .target import Target
 from .trace import Solution, Workload
 
@@ -66,6 +67,8 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:
         return GateResult(cand, False, 0.0, (), f"{c.status} on more seeds: {c.log[:300]}")
+    if (why := delegated(c.torch_ops, b.torch_ops + b2.torch_ops, target.language)) is not None:
+        return GateResult(cand, False, 0.0, (), f"{REJECTED} in the gate: {why}")
     rows: list[dict[str, Any]] = []
     ok = True
     logs = []

@@ -84,6 +84,7 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _functional = torch._is_functional_tensor
 import torch.library  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 _library_impls: set[str] = torch.library._impls  # Python registrations of kernels, torch's own included
 _ATEN_IMPLS = frozenset(k for k in _library_impls if k.startswith("aten/"))
@@ -520,6 +521,29 @@ def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor]
     return got
 
 
+class _Ops(TorchDispatchMode):
+    """Records the aten operators a call dispatches, its host code's and a C++ extension's alike: a
+    Triton or CUDA candidate that hands the operation to PyTorch is refused by the parent
+    (runner/screen.py delegated), whatever path its source took to reach torch."""
+
+    def __init__(self, seen: set[str]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.seen.add(str(func._schema.name))
+        return func(*args, **(kwargs or {}))
+
+
+def _watched(fn: Callable[..., Any], seen: set[str], _Ops: Any = _Ops) -> Callable[..., Any]:
+    """``fn`` with its dispatched operators added to ``seen``; the mode ends before the harness's own
+    checks of the call's outputs (which refuse a mode left active)."""
+    def call(*args: Any) -> Any:
+        with _Ops(seen):
+            return fn(*args)
+    return call
+
+
 def _snapshot(values: Sequence[Any], _clone_tensor: Any = _clone_tensor) -> list[Any]:
     """A copy ordered on the current stream right after the call returned, before any device-wide
     synchronisation: work the candidate left running on a side stream or thread is not in it."""
@@ -590,6 +614,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
     dps = req["solution"]["spec"].get("destination_passing_style", True)
     trials, base = req["trials"], req["seed"]
     files: list[list[str]] = []
+    ops: set[str] = set()  # what the verified calls dispatched (every trial, both runs)
     for t in range(trials):
         inputs = _trial_inputs(definition, workload, base, t, trials, device)
         runs = []
@@ -600,7 +625,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                     outs = _poisoned_outputs(definition, workload["axes"], device, second)
                     if not dps:
                         _prime_allocator(definition, workload["axes"], device, second)
-                    got = _snapshot(_call(fn, mine, outs, dps))
+                    got = _snapshot(_call(_watched(fn, ops), mine, outs, dps))
                 _sync(device)
                 _check_primitives()
             except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
@@ -617,7 +642,8 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
     t0 = _perf_counter()
     # The parent knows the phase from its channel (and judges nothing meanwhile): no marker file.
     timing = _time(fn, req, workload, device, dps, (workdir / "out", wi, timing_checks))
-    return {"outputs": files, "timing": timing, "timing_checks": timing_checks, "time_seconds": _perf_counter() - t0}
+    return {"outputs": files, "timing": timing, "timing_checks": timing_checks, "time_seconds": _perf_counter() - t0,
+            "torch_ops": sorted(ops)}
 
 
 # --------------------------------------------------------------------------- time
@@ -1249,7 +1275,7 @@ _OWN: dict[str, tuple[Any, Any, Any]] = {
 }
 _METHODS: dict[tuple[type, str], tuple[Any, Any, Any]] = {  # checked as _OWN is: rebinding a method is rebinding
     (cls, k): (f, f.__code__, f.__defaults__)
-    for cls in (_Channel, _Commits) for k, f in vars(cls).items() if hasattr(f, "__code__")
+    for cls in (_Channel, _Commits, _Ops) for k, f in vars(cls).items() if hasattr(f, "__code__")
 }
 _GUARD.append((tuple(_OWN.items()), tuple(_METHODS.items()), _PRIMITIVES, _HARNESS_GLOBALS))
 # Top-level modules imported before any candidate code (torch, triton, kernelpro, ...): a repository

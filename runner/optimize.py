@@ -41,7 +41,7 @@ from .programmers import Context, PluginError, Programmer, usage
 from .report import NOTHING_PROPOSED, render_report, summary
 from .result import GateResult, Result, RunSettings
 from .roofline import ReferenceAnalysis, analyze_reference, default_ceilings
-from .screen import REJECTED, for_trace
+from .screen import REJECTED, delegated, for_trace, refused
 from .screen import check as screen_check
 from .screen import outcome as rejected_outcome
 from .search import Scored, get_strategy
@@ -363,7 +363,10 @@ class Run:
     def _screened(self, cand: Candidate) -> Outcome:
         why = self.rejection(cand)
         if why is None:
-            return self._measure(cand)
+            outcome = self._measure(cand)  # journaled as measured: the rule is applied again on resume
+            ran = delegated(outcome.torch_ops, self.baseline.outcome.torch_ops, self.target.language) \
+                if outcome.passed else None
+            return outcome if ran is None else refused(cand.solution, ran)
         hit = self.journal.get(cand.key)
         if hit is not None and hit.outcome.status == REJECTED:
             return hit.outcome

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from kernelpro import __version__
+from kernelpro.markdown import code_block, md
 from kernelpro.schema import CurvePoint, Gate, Tolerance
 from kernelpro.templates import environment
 
@@ -39,8 +40,10 @@ def log_tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _env() -> jinja2.Environment:
+    # What a candidate, a model or the PR's code wrote (notes, logs, reasons, the patch) is made inert:
+    # report.md is also the optimize job's summary, which GitHub renders (issue 20).
     return environment({"ms": lambda x: f"{x:.4f}" if x < 1 else f"{x:.3f}", "x": lambda x: f"{x:.2f}x",
-                        "pct": pct})
+                        "pct": pct, "md": lambda v: md(v, 2000), "block": code_block})
 
 
 def outcome(r: dict[str, Any]) -> str:

