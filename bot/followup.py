@@ -70,7 +70,11 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     ran on (the plan job's output); the follow-up commit is built on it even if the PR moved on since."""
     repo = gh.get_repo(trigger.repo)
     pr = repo.get_pull(trigger.pr)
-    head_sha = head_sha or trigger.head_sha or pr.head.sha
+    head_sha = head_sha or trigger.head_sha
+    if not head_sha:
+        # Never the PR's head now: after a `/kernelpro retry` it may hold commits nobody approved (issue 20).
+        raise ActionError("publish needs the commit plan approved and optimize ran on: pass the plan job's "
+                          "`head_sha` output as the action's `head` input (examples/workflows/kernelpro.yml does)")
     sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
     ack = repo.get_issue(trigger.pr).get_comment(trigger.comment_id) if trigger.comment_id else None
     dirs = _results_dirs(results_root)
@@ -121,7 +125,7 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
     summary(settings, render_job_summary(results, published.model_written))
     for w in published.warnings:
         print(f"::warning title=kernelpro::the follow-up pull request has no {w}")
-    status(repo, head_sha, "success", verdict(results, published.pr_url),
+    status(repo, head_sha, "success", verdict(results, published.pr_url, published.model_written),
             published.pr_url or settings.run_url or None)
     if published.action == "comment-only" and published.comment is not None:
         done = published.comment

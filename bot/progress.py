@@ -14,7 +14,8 @@ code, and needs only ``actions: read`` and ``pull-requests: write``. Every ``int
    signed storage URL, fetched *without* the token) and reads it as untrusted data:
    :func:`~kernelpro.bot.artifact.extract_results` then
    :func:`~kernelpro.bot.artifact.load_results` against the trusted kernel files from the plan;
-3. renders "kernel i/n done, running: X; evaluations so far; best verified speedup so far" and
+3. renders "kernel i/n done, running: X; evaluations so far; best speedup so far" (the optimize
+   jobs' words, unchecked until publish: they ran the PR's code) and
    edits the sticky comment when the text changed (rate-limited by
    :class:`~kernelpro.bot.comment.StickyComment`).
 

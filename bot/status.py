@@ -11,6 +11,7 @@ logged by the caller), never raised, so it cannot fail a run whose work is done.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from github import GithubException
@@ -25,8 +26,9 @@ _LIMIT = 140
 """GitHub cuts a status description at 140 characters."""
 
 
-def verdict(results: Results, pr_url: str | None) -> str:
-    """One line for the status: the verified speedups (never from a non-GPU run) or why not."""
+def verdict(results: Results, pr_url: str | None, model_written: Sequence[str] = ()) -> str:
+    """One line for the status: the verified speedups (never from a non-GPU run) or why not; a patch a
+    model wrote says so first, as the PR's checks list is where many maintainers read it (issue 20)."""
     winners = [t for t in results.winners if t.winner is not None]
     gpu = [t for t in winners if t.gpu_timings]
     if gpu:
@@ -38,6 +40,8 @@ def verdict(results: Results, pr_url: str | None) -> str:
         text = "the baseline stands: no verified improvement"
     if pr_url and (m := re.search(r"/pull/([0-9]+)$", pr_url)):
         text += f"; follow-up #{m.group(1)}"
+    if model_written:
+        text = "model-written code, review it: " + text
     return text if len(text) <= _LIMIT else text[: _LIMIT - 1] + "…"
 
 

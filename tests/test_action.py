@@ -270,8 +270,12 @@ def test_publish_acknowledges_a_retry_with_a_thumbs_up(world: World, monkeypatch
     s = world.settings("issue_comment", payload)
     p = action.plan(s, world.checkout, world.fake.client())
     _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)
+    # A retry's event names no commit: publish builds on the one plan approved, never the PR's head now.
+    with pytest.raises(action.ActionError, match="pass the plan job's `head_sha` output"):
+        action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
+                               push_url=world.origin.as_uri())
     msg = action.publish_results(s, world.checkout, world.tmp / "results", world.fake.client(),
-                                 push_url=world.origin.as_uri())
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
     assert msg.startswith("created:")
     assert _reactions(world, payload["comment"]["id"]) == ["eyes", "+1"]
 

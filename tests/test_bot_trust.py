@@ -527,3 +527,12 @@ def test_cmd_optimize_seals_what_it_uploads(tmp_path: Path, monkeypatch: pytest.
                              Settings.from_env({"KERNELPRO_LLM_API_KEY": KEY, "KERNELPRO_BASE_SHA": "a" * 40,
                                                 "KERNELPRO_HEAD_SHA": "b" * 40}))
     assert rc == 1 and not (out / "swiglu" / "trace.jsonl").exists() and not (out / "keys").exists()
+
+
+def test_the_commit_status_says_a_model_wrote_the_patch(results: Results) -> None:
+    """The PR's checks list is where many maintainers read the verdict (issue 20's audit)."""
+    from kernelpro.bot.status import verdict
+
+    plain = verdict(results, "https://github.com/o/r/pull/7")
+    assert plain.startswith("verified candidates (CPU interpreter") and plain.endswith("follow-up #7")
+    assert verdict(results, "https://github.com/o/r/pull/7", ("swiglu",)) == f"model-written code, review it: {plain}"
