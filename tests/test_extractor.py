@@ -145,7 +145,8 @@ def test_the_loop_extracts_between_iterations_and_the_next_prompt_has_it(
     assert {"section": "successful_patterns", "text": "BLOCK_SIZE 64->512 made it 8x faster", "evaluation": 1,
             "by": "llm"} in list(result.memory)
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "successful_patterns (evaluation 1, extracted by the model): BLOCK_SIZE 64->512 made it 8x faster" in report
+    # The model's words, made inert Markdown (report.md is also the job's summary, issue 20).
+    assert "successful_patterns (evaluation 1, extracted by the model): BLOCK\\_SIZE 64-&gt;512 made it 8x faster" in report
 
 
 def test_a_resumed_run_restores_the_models_memory_instead_of_asking_again(
