@@ -17,6 +17,8 @@ mkdir -p .whl
 python3 -m pip wheel -q --no-deps . -w .whl
 python3 -m pip download -q --no-deps "${py[@]}" -d .whl GitPython gitdb smmap pytest-xdist execnet \
   PyGithub pyjwt pynacl cryptography cffi pycparser
+# jsonschema for the fake GitHub (it checks requests against the OpenAPI description) in the GPU tests that publish
+python3 -m pip download -q --no-deps "${py[@]}" -d .whl jsonschema jsonschema-specifications referencing attrs rpds-py
 python3 -m pip download -q "${py[@]}" -d .whl openai
 bash benchmarks/fetch_corpus.sh > /dev/null
 du -sh .whl .corpus

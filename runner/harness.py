@@ -526,6 +526,13 @@ class _Ops(TorchDispatchMode):
     Triton or CUDA candidate that hands the operation to PyTorch is refused by the parent
     (runner/screen.py delegated), whatever path its source took to reach torch."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # False keeps __torch_dispatch__ unwrapped: torch's dynamo guard imports torch._dynamo on its
+        # first call (about 900 modules and triton, 1.8 s in every evaluation child), and triton
+        # imported before the candidate sets its interpreter mode breaks the CPU interpreter.
+        return False
+
     def __init__(self, seen: set[str]) -> None:
         super().__init__()
         self.seen = seen
