@@ -9,8 +9,8 @@
 #   measure      ~5: the targets of issues 3 and 4 measured again: full CUDA and Triton evaluation,
 #                    profiling Liger swiglu/dyt and fla softmax with the standby ncu child and without
 #   energy       ~6: issue 7 part (d): the Swish pair chosen by optimize in passive and active mode
-#   tier-par tier-timing-a tier-timing-b: the whole GPU test tier (pytest -m gpu, every GPU test file)
-#                in three calls of at most 9 minutes, ~23 minutes in all (`bash .ci/gpu --part P`;
+#   tier-par tier-timing-a tier-timing-b tier-timing-c: the whole GPU test tier (pytest -m gpu, every GPU
+#                test file) in four calls of at most 9 minutes, ~23 minutes in all (`bash .ci/gpu --part P`;
 #                each pytest stopped at 500 s; seconds below from the --durations of sessions 5-10):
 #     tier-par      ~8: the tests not marked gpu_timing, 6 at once (pytest -n 6, .whl/ carries
 #                   pytest-xdist): ~30 min of tests one at a time (knobs heuristics ~7, interrupt ~4,
@@ -20,10 +20,11 @@
 #     tier-timing-a ~7.5, one test at a time: the demo's one shared run with budget 5 (tests/conftest.py
 #                   gpu_demo, ~3.2 min: test_gpu's and test_guard's demo tests each ran 8 evaluations,
 #                   255 s apiece in session 10), energy passive 2-3.1, nvml 0.6, energy arm 0.5
-#     tier-timing-b ~7.5, one at a time: cuda_example 1.6-2.4, forged timings 1.4, adversarial
-#                   0.2-1, memcheck 0.7, guard shapes on CUDA ~1 (never timed: a guess), standby and
-#                   profiling 0.6, fork server 0.3, CUDA graphs 0.2, and any gpu_timing test added later
-#                   (the complement of TIMING_A in .ci/gpu)
+#     tier-timing-b ~7.5, one at a time: cuda_example 1.6-3, adversarial 0.2-1.7, memcheck 0.8,
+#                   standby and profiling 0.6, fork server 0.4, CUDA graphs 0.3, and any gpu_timing test
+#                   added later (neither TIMING_A nor TIMING_C in .ci/gpu)
+#     tier-timing-c ~4.5, one at a time: forged timings 1.1-1.5 each (events, CUDA graphs), guard shapes on
+#                   CUDA 1.2 and 0.6 (session 13)
 #                   (each ~0.5 min more: installing the wheels, collecting 1,200 tests, nvidia-smi)
 #   t1 t2 t3 t4  ~5 each: tests/test_gpu.py only, the split of sessions 5-10 (superseded by tier-*)
 #   gpu-files ~3 the GPU tests outside tests/test_gpu.py: dtypes, confinement, where outputs are judged
@@ -81,10 +82,10 @@ step() {  # one step; its files under $base/$1
       timeout 60 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out/evaluator"
       timeout 200 python3 "$repo/benchmarks/corpus_profile.py" --out "$out" --only "liger swiglu,liger dyt,fla softmax" ;;
     energy) timeout 540 python3 "$repo/benchmarks/energy.py" --parts select --out "$out" ;;
-    tier-par|tier-timing-a|tier-timing-b)
+    tier-par|tier-timing-a|tier-timing-b|tier-timing-c)
       # The parts are defined once, in .ci/gpu; the wheels are installed already.
       # par stops at 500 s (its xdist workers need time to report); a timing part at 545 s: timing-b
-      # ran 10 of its 11 tests in 500 s in session 12 (run it with timeout_s 600).
+      # ran 8 of its 11 tests in 545 s in session 13, hence timing-c (run each with timeout_s 600).
       limit=545; [ "$1" = tier-par ] && limit=500
       OUT="$out" KERNELPRO_SITE_READY=1 KERNELPRO_PART_TIMEOUT_S=$limit bash "$repo/.ci/gpu" --part "${1#tier-}" ;;
     t1|t2|t3|t4)

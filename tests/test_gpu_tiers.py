@@ -1,5 +1,5 @@
 """benchmarks/h200.sh splits the GPU tier into steps that fit the 10-minute calls (tier-par,
-tier-timing-a, tier-timing-b over every file; t1-t4 over tests/test_gpu.py): every GPU test must be
+tier-timing-a, tier-timing-b, tier-timing-c over every file; t1-t4 over tests/test_gpu.py): every GPU test must be
 in exactly one part of a split, or a new test would silently never run on the H200."""
 
 from __future__ import annotations
@@ -38,26 +38,31 @@ def _in_files(marks: str, expr: str | None) -> set[str]:
     return {line.split("tests/", 1)[1] for line in p.stdout.splitlines() if "::" in line}
 
 
-def test_the_three_parts_of_the_tier_hold_every_gpu_test_once() -> None:
+def test_the_four_parts_of_the_tier_hold_every_gpu_test_once() -> None:
     """`bash .ci/gpu` (and h200.sh's tier-* steps, one call each) runs the tier as par (no gpu_timing,
-    under pytest-xdist), timing-a and timing-b (alone on the GPU): every GPU test of every file in
-    exactly one part, no timing test among the parallel ones, the demo's two readers in one part."""
+    under pytest-xdist), timing-a, timing-b and timing-c (alone on the GPU): every GPU test of every
+    file in exactly one part, no timing test among the parallel ones, the demo's two readers in one part."""
     script = (ROOT / ".ci" / "gpu").read_text()
-    found = re.search(r'^TIMING_A="([^"]+)"$', script, re.M)
-    assert found, "TIMING_A is gone from .ci/gpu"
-    timing_a = found.group(1)
+    found_a = re.search(r'^TIMING_A="([^"]+)"$', script, re.M)
+    found_c = re.search(r'^TIMING_C="([^"]+)"$', script, re.M)
+    assert found_a and found_c, "TIMING_A or TIMING_C is gone from .ci/gpu"
+    timing_a, timing_c = found_a.group(1), found_c.group(1)
     assert '-m "gpu and not gpu_timing" -n' in script
-    assert '-m "gpu and gpu_timing" -k "($TIMING_A)' in script and '-m "gpu and gpu_timing" -k "not ($TIMING_A)' in script
+    assert '-m "gpu and gpu_timing" -k "($TIMING_A)' in script
+    assert '-m "gpu and gpu_timing" -k "not ($TIMING_A) and not ($TIMING_C)' in script
+    assert '-m "gpu and gpu_timing" -k "($TIMING_C) and not ($TIMING_A)' in script
+    assert "parts=(par timing-a timing-b timing-c)" in script
     h200 = (ROOT / "benchmarks" / "h200.sh").read_text()
-    assert "tier-par|tier-timing-a|tier-timing-b)" in h200 and '.ci/gpu" --part "${1#tier-}"' in h200
+    assert "tier-par|tier-timing-a|tier-timing-b|tier-timing-c)" in h200 and '.ci/gpu" --part "${1#tier-}"' in h200
     par = _in_files("gpu and not gpu_timing", None)
     a = _in_files("gpu and gpu_timing", f"({timing_a})")
-    b = _in_files("gpu and gpu_timing", f"not ({timing_a})")
+    b = _in_files("gpu and gpu_timing", f"not ({timing_a}) and not ({timing_c})")
+    c = _in_files("gpu and gpu_timing", f"({timing_c}) and not ({timing_a})")
     everything = _in_files("gpu", None)
-    assert len(everything) >= 40 and a and b
-    assert par | a | b == everything, sorted(everything - (par | a | b))
-    assert len(par) + len(a) + len(b) == len(everything)
-    assert not par & (a | b)  # a and b are gpu_timing tests only (their -m)
+    assert len(everything) >= 40 and a and b and c
+    assert par | a | b | c == everything, sorted(everything - (par | a | b | c))
+    assert len(par) + len(a) + len(b) + len(c) == len(everything)
+    assert not par & (a | b | c)  # the timing parts hold gpu_timing tests only (their -m)
     # tests/conftest.py's gpu_demo is session-scoped: one run for both only within one pytest process.
     assert {"test_gpu.py::test_demo_finds_a_verified_speedup_on_the_gpu",
             "test_guard.py::test_the_demo_on_the_gpu_reports_its_guard_shapes"} <= a
