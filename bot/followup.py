@@ -77,6 +77,10 @@ def publish_results(settings: Settings, checkout: Path, results_root: Path, gh: 
                           "`head_sha` output as the action's `head` input (examples/workflows/kernelpro.yml does)")
     sticky = StickyComment(repo, trigger.pr, bot_login=settings.bot_login)
     ack = repo.get_issue(trigger.pr).get_comment(trigger.comment_id) if trigger.comment_id else None
+    if settings.optimize_result == "cancelled":
+        # The workflow's publish job runs after a cancel too (`if: always()`, so that failed runs are
+        # said): what finished before the cancel is not published, and a comment the cancel wrote stays.
+        return _cancelled_run(settings, repo, sticky, head_sha)
     dirs = _results_dirs(results_root)
     if not dirs:
         raise _nothing_to_publish(settings, repo, sticky, ack, head_sha)
@@ -165,6 +169,26 @@ def _nothing_to_publish(settings: Settings, repo: Any, sticky: StickyComment, ac
         react(ack, "confused")
     status(repo, head_sha, "error", f"{NO_RESULTS}; see the kernelpro comment", settings.run_url or None)
     return ActionError(f"{why} (the results folder holds no kernelpro-result-* artifact)")
+
+
+CANCELLED = "the run was cancelled before its optimize jobs finished: nothing is published"
+
+
+def _cancelled_run(settings: Settings, repo: Any, sticky: StickyComment, head_sha: str) -> str:
+    """The run was cancelled (``/kernelpro cancel`` or the Actions tab): no follow-up pull request from
+    whatever finished before; the comment and the commit status end its queued or live state. A
+    comment that already says who cancelled it (bot/plan.py) is kept."""
+    why = f"{CANCELLED}. Comment /kernelpro retry or add the label again to start again"
+    body = render_comment("failed", n=len(settings.plan_targets), i=0, evaluations=0, reason=md(why, 500),
+                          run_url=_safe_url(settings.run_url))
+    try:
+        said = sticky.current_body() or ""
+        if not ("cancelled by" in said and "/kernelpro cancel" in said):  # bot/plan.py's words, escaped
+            sticky.update(body, force=True)
+    except CommentError as e:
+        print(f"::warning title=kernelpro::could not write the cancel to the sticky comment: {e}")
+    status(repo, head_sha, "error", f"{CANCELLED}; comment /kernelpro retry to start again", settings.run_url or None)
+    return f"cancelled: {CANCELLED}"
 
 
 def with_missing(text: str, names: Sequence[str], run_url: str | None) -> str:

@@ -25,7 +25,13 @@ from kernelpro.runner.config import ConfigError, load_config
 from kernelpro.runner.evaluator import EvalSettings, evaluate, traces
 from kernelpro.runner.evidence import Profile
 from kernelpro.runner.evidence import ncu as ncu_report
-from kernelpro.runner.evidence.sass import SassError, disassemble, parse_sass, uses_cublas
+from kernelpro.runner.evidence.sass import (
+    SassError,
+    disassemble,
+    find_cuobjdump,
+    parse_sass,
+    uses_cublas,
+)
 from kernelpro.runner.evidence.timeline import summarize
 from kernelpro.runner.programmers import REGISTRY, PluginError
 from kernelpro.runner.roofline import measured_class
@@ -187,7 +193,7 @@ def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
     if args.ncu_csv:
         kernels = ncu_report.parse_csv(Path(args.ncu_csv).read_text())
     if args.ncu_rep:
-        ncu = ncu_report.find_ncu()
+        ncu = ncu_report.find_ncu(settings.ncu_tool)
         if ncu is None:
             raise UsageError("--ncu-rep needs Nsight Compute's ncu to read the report; export it where ncu exists "
                              "with `ncu --import F --csv --page raw > F.csv` and pass --ncu-csv")
@@ -199,7 +205,7 @@ def cmd_analyze(args: argparse.Namespace, settings: Settings) -> int:
     binary = args.cubin or args.so
     if binary:
         try:
-            stats = parse_sass(disassemble(Path(binary)))
+            stats = parse_sass(disassemble(Path(binary), find_cuobjdump(settings.cuobjdump_tool)))
         except SassError as e:
             raise UsageError(str(e)) from None
         sass = replace(stats, uses_cublas=uses_cublas(Path(binary))) if args.so else stats

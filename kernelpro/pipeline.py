@@ -30,6 +30,7 @@ from kernelpro.runner.energy import nvml_meter
 from kernelpro.runner.evaluator import EvalSettings
 from kernelpro.runner.optimize import RunSettings, optimize
 from kernelpro.runner.pool import Pool, visible_gpus
+from kernelpro.runner.profiler import ProfileSettings
 from kernelpro.runner.programmers import load as load_programmer
 from kernelpro.runner.search import get_strategy
 from kernelpro.runner.smoke import (
@@ -203,7 +204,9 @@ def _run_targets(request: Request, settings: Settings, *, programmer: Any, devic
                                                      warm_server=settings.warm_server),
                              feedback=request.feedback, tool_mode=request.tool_mode, extra_tools=extra_tools,
                              memory=request.memory, per_step=request.candidates or RunSettings.per_step,
-                             energy=energy_mode)
+                             energy=energy_mode, sanitizer_tool=settings.sanitizer_tool,
+                             profiling=ProfileSettings(ncu_tool=settings.ncu_tool,
+                                                       cuobjdump_tool=settings.cuobjdump_tool))
             rs = replace(rs, command=reproduce(request, settings, rs, device=device, base_sha=co.base_sha,
                                                head_sha=co.head_sha, kernel=target.name, programmer=programmer.name,
                                                budget=budget or target.budget.evaluations))

@@ -78,6 +78,15 @@ class Settings:
     """NO_COLOR is set: no progress bar even on a terminal, a line per new best instead."""
     visible_devices: str | None = None
     """CUDA_VISIBLE_DEVICES as this process inherited it (None: unset, every GPU is visible)."""
+    optimize_result: str = ""
+    """The optimize jobs' result as the workflow saw it (KERNELPRO_OPTIMIZE_RESULT, `needs.optimize.result`:
+    success, failure, cancelled or skipped): publish opens nothing after a cancelled run."""
+    ncu_tool: str | None = None
+    """Nsight Compute's ncu, a path or a command (KERNELPRO_NCU); None: PATH, then the CUDA toolkit's homes."""
+    cuobjdump_tool: str | None = None
+    """cuobjdump (KERNELPRO_CUOBJDUMP); None: PATH, the CUDA toolkit, then the copy the triton wheel ships."""
+    sanitizer_tool: str | None = None
+    """compute-sanitizer for the gate's memcheck (KERNELPRO_COMPUTE_SANITIZER); None: PATH, then the toolkit."""
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -115,6 +124,10 @@ class Settings:
             plan_targets=_json_names(e, "KERNELPRO_TARGETS"),
             no_color=bool(e.get("NO_COLOR")),
             visible_devices=e.get("CUDA_VISIBLE_DEVICES"),
+            optimize_result=e.get("KERNELPRO_OPTIMIZE_RESULT", "").strip().lower(),
+            ncu_tool=e.get("KERNELPRO_NCU") or None,
+            cuobjdump_tool=e.get("KERNELPRO_CUOBJDUMP") or None,
+            sanitizer_tool=e.get("KERNELPRO_COMPUTE_SANITIZER") or None,
         )
 
     def resolved_device(self) -> str:

@@ -98,7 +98,8 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
     if ok and es.device == "cuda" and s.memcheck:  # the slowest check, for a candidate that passed the rest
         from .memcheck import memcheck
 
-        mc = home(memcheck, target.definition, cand.solution, workloads, replace(es, cache_dir=None), None)
+        mc = home(memcheck, target.definition, cand.solution, workloads, replace(es, cache_dir=None), None,
+                  s.sanitizer_tool)
         if mc.blocks:
             ok, reason = False, (f"compute-sanitizer memcheck found {mc.errors} error(s): {mc.detail[:300]}"
                                  if mc.status == "errors" else

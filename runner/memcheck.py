@@ -45,9 +45,10 @@ class Memcheck:
         return {"status": self.status, "errors": self.errors, "detail": self.detail}
 
 
-def find_sanitizer() -> str | None:
-    """KERNELPRO_COMPUTE_SANITIZER, then PATH, then the CUDA toolkit's usual homes."""
-    return find_tool("compute-sanitizer", "KERNELPRO_COMPUTE_SANITIZER")
+def find_sanitizer(override: str | None = None) -> str | None:
+    """``override`` (Settings.sanitizer_tool, KERNELPRO_COMPUTE_SANITIZER), then PATH, then the CUDA
+    toolkit's usual homes."""
+    return find_tool("compute-sanitizer", override)
 
 
 def _first_errors(log: str, limit: int = 1200) -> str:
@@ -57,8 +58,8 @@ def _first_errors(log: str, limit: int = 1200) -> str:
 
 
 def memcheck(definition: Definition, solution: Solution, workloads: Sequence[Workload], es: EvalSettings,
-             cache: Path | None) -> Memcheck:
-    tool = find_sanitizer()
+             cache: Path | None, sanitizer: str | None = None) -> Memcheck:
+    tool = find_sanitizer(sanitizer)
     if tool is None:
         return Memcheck("not run", detail="compute-sanitizer not found (install the CUDA toolkit or set "
                         "KERNELPRO_COMPUTE_SANITIZER)")

@@ -40,6 +40,10 @@ class ProfileSettings:
     """Limit for each profiling child."""
     standby: bool = True
     """Keep the next profile's ncu child started ahead, its imports done (runner/standby.py)."""
+    ncu_tool: str | None = None
+    """ncu to run (Settings.ncu_tool); None: PATH, then the CUDA toolkit's homes."""
+    cuobjdump_tool: str | None = None
+    """cuobjdump to disassemble with (Settings.cuobjdump_tool); None: PATH, the toolkit, triton's copy."""
 
 
 def start_standby(solution: Solution, ps: ProfileSettings) -> NcuStandby | None:
@@ -47,7 +51,7 @@ def start_standby(solution: Solution, ps: ProfileSettings) -> NcuStandby | None:
     preloaded), or None where ncu is off, missing or standbys are turned off."""
     from .evidence.ncu import find_ncu
 
-    ncu = find_ncu() if ps.ncu and ps.standby else None
+    ncu = find_ncu(ps.ncu_tool) if ps.ncu and ps.standby else None
     return NcuStandby(ncu, imports_of(solution), timeout_s=ps.timeout_s) if ncu is not None else None
 
 
@@ -82,7 +86,7 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
          standby: NcuStandby | None = None) -> tuple[list, list[str]]:
     from .evidence.ncu import NCU_MISSING, find_ncu, notes_for, parse_csv, raw_csv_wrapper
 
-    ncu = find_ncu()
+    ncu = find_ncu(ps.ncu_tool)
     if ncu is None:
         return [], [NCU_MISSING]
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
@@ -146,14 +150,14 @@ def _child_stages(stages: dict[str, float], name: str, seconds: float, result: A
             stages[f"{name}.{key}"] = float(value)
 
 
-def _disassemble_all(cache: Path, into: dict[Path, str]) -> None:
+def _disassemble_all(cache: Path, into: dict[Path, str], cuobjdump: str | None) -> None:
     """Every cubin the candidate's evaluation left, disassembled while its ncu child runs (which
     cubins ran is known only after it); a failure here is met again, and reported, in _sass."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .evidence.sass import SassError, disassemble, find_cuobjdump, triton_cubins
 
-    tool, cubins = find_cuobjdump(), triton_cubins(cache)
+    tool, cubins = find_cuobjdump(cuobjdump), triton_cubins(cache)
     if tool is None or not cubins:
         return
 
@@ -165,13 +169,14 @@ def _disassemble_all(cache: Path, into: dict[Path, str]) -> None:
         list(pool.map(one, cubins))
 
 
-def _sass(cache: Path, kernels: Sequence[KernelProfile], ready: Mapping[Path, str]) -> tuple[SassStats | None, list[str]]:
+def _sass(cache: Path, kernels: Sequence[KernelProfile], ready: Mapping[Path, str],
+          cuobjdump: str | None) -> tuple[SassStats | None, list[str]]:
     from .evidence.sass import SassError, disassemble, find_cuobjdump, launched_cubins, parse_sass
 
     cubins = launched_cubins(cache, [(k.name, k.block[0] * k.block[1] * k.block[2]) for k in kernels])
     if not cubins:
         return None, ["no cubin found for SASS analysis (not a Triton kernel, or nothing was compiled)"]
-    tool = find_cuobjdump()
+    tool = find_cuobjdump(cuobjdump)
     if tool is None:
         return None, ["cuobjdump not found: no SASS analysis"]
     try:
@@ -229,7 +234,7 @@ def _profile(definition: Definition, solution: Solution, workloads: Sequence[Wor
         if triton_cache is not None and triton_cache.is_dir():
             merge_cache(triton_cache, cache)
         ready: dict[Path, str] = {}
-        early = threading.Thread(target=_disassemble_all, args=(cache, ready), daemon=True)
+        early = threading.Thread(target=_disassemble_all, args=(cache, ready, ps.cuobjdump_tool), daemon=True)
         if ps.sass:
             early.start()
         if ps.ncu:
@@ -241,7 +246,7 @@ def _profile(definition: Definition, solution: Solution, workloads: Sequence[Wor
         if ps.sass:
             t1 = time.perf_counter()
             early.join()
-            sass, n = _sass(cache, kernels, ready)
+            sass, n = _sass(cache, kernels, ready, ps.cuobjdump_tool)
             stages["sass"] = time.perf_counter() - t1
             notes += n
     rounded = tuple((k, round(v, 2)) for k, v in stages.items())

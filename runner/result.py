@@ -40,6 +40,8 @@ class RunSettings:
     """How many of the best candidates the gate tries, in rank order."""
     memcheck: bool = True
     """On the GPU, the gate also runs each candidate that passed it so far under compute-sanitizer memcheck."""
+    sanitizer_tool: str | None = None
+    """compute-sanitizer to run it with (Settings.sanitizer_tool); None: PATH, then the toolkit's homes."""
     evaluation: EvalSettings = field(default_factory=EvalSettings)
     """Evaluator settings for search evaluations."""
     feedback: str = "tools"

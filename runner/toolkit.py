@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 
-def find_tool(name: str, env_var: str | None = None) -> str | None:
-    """``env_var`` (a path or a command name) when set, then PATH, then the toolkit's usual homes."""
-    env = os.environ.get(env_var) if env_var else None
-    if env:
-        return env if Path(env).is_file() else shutil.which(env)
+def find_tool(name: str, override: str | None = None) -> str | None:
+    """``override`` (a path or a command name: the operator's setting, kernelpro.settings) when set,
+    then PATH, then the toolkit's usual homes."""
+    if override:
+        return override if Path(override).is_file() else shutil.which(override)
     found = shutil.which(name)
     if found:
         return found

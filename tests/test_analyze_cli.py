@@ -172,12 +172,11 @@ def test_analyze_ncu_csv_without_a_kernel_exits_2(
 
 def test_analyze_ncu_rep_without_ncu_exits_2_with_the_fix(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KERNELPRO_NCU", raising=False)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
     monkeypatch.setattr(
-        "kernelpro.runner.evidence.ncu.find_ncu", lambda: None
+        "kernelpro.runner.evidence.ncu.find_ncu", lambda override=None: None
     )  # nor in /usr/local/cuda
     rep = tmp_path / "x.ncu-rep"
     rep.write_bytes(b"\0")

@@ -42,3 +42,9 @@ def test_a_bar_on_a_terminal_unless_no_color(monkeypatch: pytest.MonkeyPatch) ->
     assert "\r" in _run(monkeypatch, _Tty())
     out = _run(monkeypatch, _Tty(), NO_COLOR="1")
     assert "\r" not in out and "new best in the search 2.50x" in out
+
+
+def test_no_bar_in_ci_even_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI=true (GitHub Actions sets it; its log viewer may report a terminal): lines, not a bar."""
+    out = _run(monkeypatch, _Tty(), CI="true")
+    assert "\r" not in out and out.splitlines()[-1] == "[swiglu] evaluation 3/4: new best in the search 2.50x (PASSED)"

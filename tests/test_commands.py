@@ -120,6 +120,38 @@ def test_cancel_ends_the_pending_status(world: World) -> None:
     assert last["target_url"] == f"https://github.com/{REPO}/actions/runs/{run.id}"
 
 
+@pytest.mark.parametrize("how", ["command", "actions-tab"])
+def test_publish_after_a_cancel_opens_nothing(world: World, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """The workflow's publish job runs after a cancel too (`if: always()`): what an optimize job
+    finished before the cancel is not published, a "cancelled by" comment stays, and a run cancelled
+    from the Actions tab (no command) is said to be cancelled, its status ended."""
+    from test_action import _optimize, labeled
+
+    run = world.fake.add_run(REPO, head_sha=world.head)
+    s = world.settings("pull_request", labeled(world), GITHUB_RUN_ID=str(run.id))
+    p = action.plan(s, world.checkout, world.fake.client())
+    assert p.run
+    _optimize(world, s, p.base_sha, p.head_sha, monkeypatch)  # this job finished before the cancel
+    if how == "command":
+        _plan(world, "maint", "/kernelpro cancel")
+    after = world.settings("pull_request", labeled(world), GITHUB_RUN_ID=str(run.id),
+                           KERNELPRO_OPTIMIZE_RESULT="cancelled")
+    msg = action.publish_results(after, world.checkout, world.tmp / "results", world.fake.client(),
+                                 push_url=world.origin.as_uri(), head_sha=p.head_sha)
+    assert msg.startswith("cancelled: the run was cancelled before its optimize jobs finished")
+    assert not [i for i in world.fake.repos[REPO].issues.values() if i.pull and i.pull.head_ref == "kernelpro/pr-1"]
+    body = _sticky(world)
+    assert "kernelpro:live" not in body and "Follow-up pull request" not in body
+    assert ("cancelled by maint" in body) if how == "command" else ("the run was cancelled" in body), body
+    last = world.fake.statuses[-1]
+    assert (last["sha"], last["state"]) == (world.head, "error") and "cancelled" in last["description"]
+    # The same results with the jobs' result "failure" (one job failed, none cancelled) are published.
+    failed = world.settings("pull_request", labeled(world), GITHUB_RUN_ID=str(run.id),
+                            KERNELPRO_OPTIMIZE_RESULT="failure")
+    assert not action.publish_results(failed, world.checkout, world.tmp / "results", world.fake.client(),
+                                      push_url=world.origin.as_uri(), head_sha=p.head_sha).startswith("cancelled")
+
+
 def test_the_plan_summary_escapes_the_commenter_text(world: World) -> None:
     """The job summary is Markdown: what a commenter wrote is escaped there like everywhere else,
     and the bot's own code spans stay code spans (no `&#96;` entities)."""

@@ -140,11 +140,6 @@ def _env_reads(path: Path) -> Iterator[str]:
 KEPT = {
     # The sandbox's channel to its child: the runner passes it to the child it starts; not a setting.
     ("runner/harness.py", "KERNELPRO_CHANNEL"),
-    # Where the CUDA toolkit's tools are, looked up next to PATH and CUDA_HOME at the point of use (the
-    # loop's profiler and memcheck); carrying them from Settings needs the loop's settings to hold them.
-    ("runner/evidence/ncu.py", "KERNELPRO_NCU"),
-    ("runner/evidence/sass.py", "KERNELPRO_CUOBJDUMP"),
-    ("runner/memcheck.py", "KERNELPRO_COMPUTE_SANITIZER"),
 }
 
 

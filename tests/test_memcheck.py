@@ -11,6 +11,7 @@ import pytest
 from kernelpro.runner.evaluator import EvalSettings
 from kernelpro.runner.memcheck import Memcheck, find_sanitizer, memcheck
 from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+from kernelpro.settings import Settings
 
 # The fake tools write into the test's folder: they run unconfined (conftest.py).
 pytestmark = pytest.mark.usefixtures("fake_tools_run_unconfined")
@@ -31,15 +32,17 @@ def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> Path:
     tool = tmp_path / "compute-sanitizer"
     tool.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/args"\nfor a in "$@"; do last="$a"; done\n{body}\n')
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("KERNELPRO_COMPUTE_SANITIZER", str(tool))
     return tool
 
 
-def _run(tmp_path: Path) -> Memcheck:
+def _run(tmp_path: Path, tool: str = "compute-sanitizer") -> Memcheck:
+    """memcheck with the compute-sanitizer that KERNELPRO_COMPUTE_SANITIZER names, read as the entry point reads it."""
+    sanitizer = Settings.from_env({"KERNELPRO_COMPUTE_SANITIZER": str(tmp_path / tool)}).sanitizer_tool
     d = load_definition(DEMO / "commit1" / "definitions" / "swiglu.json")
     sol = Solution("t", d.name, "t", BuildSpec("triton", ("cuda",), "k.py::swiglu", destination_passing_style=False),
                    (SourceFile("k.py", "def swiglu(a, b):\n    return a\n"),))
-    return memcheck(d, sol, [Workload.make(d, {"M": 64})], EvalSettings(device="cpu", timeout_s=60), None)
+    return memcheck(d, sol, [Workload.make(d, {"M": 64})], EvalSettings(device="cpu", timeout_s=60), None,
+                    sanitizer)
 
 
 def test_errors_fail_the_candidate_with_memchecks_own_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,8 +88,7 @@ def test_the_candidates_own_summary_line_does_not_count(tmp_path: Path, monkeypa
 
 
 def test_no_sanitizer_is_said_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KERNELPRO_COMPUTE_SANITIZER", str(tmp_path / "absent"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert find_sanitizer() is None
-    m = _run(tmp_path)
+    assert find_sanitizer(str(tmp_path / "absent")) is None
+    m = _run(tmp_path, "absent")
     assert m.status == "not run" and not m.blocks and "KERNELPRO_COMPUTE_SANITIZER" in m.detail

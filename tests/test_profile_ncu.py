@@ -23,6 +23,7 @@ from kernelpro.runner.evidence.ncu import (
     ncu_command,
     parse_csv,
 )
+from kernelpro.settings import Settings
 
 # The fake tools write into the test's folder: they run unconfined (conftest.py).
 pytestmark = pytest.mark.usefixtures("fake_tools_run_unconfined")
@@ -269,7 +270,6 @@ def _fake_ncu(tmp_path: Path, body: str, name: str = "ncu") -> Path:
 @pytest.fixture
 def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """PATH holds only the fake ncu (and /bin for sh); no other way to find a real one."""
-    monkeypatch.delenv("KERNELPRO_NCU", raising=False)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin")
@@ -286,11 +286,11 @@ def test_collect_parses_what_ncu_prints(fake_path: Path) -> None:
     assert args[-3:] == ["python3", "launch.py", "k.py"]
 
 
-def test_collect_honours_kernelpro_ncu(fake_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_collect_honours_kernelpro_ncu(fake_path: Path) -> None:
     script = _fake_ncu(fake_path, f'cat "{H200 / "ncu_metrics_poor.csv"}"', name="my-ncu")
-    monkeypatch.setenv("KERNELPRO_NCU", str(script))
-    assert find_ncu() == str(script)
-    kernels, notes = collect(["./a.out"], kernel_regex="k")
+    ncu = Settings.from_env({"KERNELPRO_NCU": str(script)}).ncu_tool
+    assert find_ncu(ncu) == str(script) and find_ncu() is None  # my-ncu is not named ncu: only the setting finds it
+    kernels, notes = collect(["./a.out"], kernel_regex="k", ncu_path=find_ncu(ncu))
     assert len(kernels) == 1 and notes == []
 
 

@@ -21,6 +21,7 @@ from kernelpro.runner.evidence.sass import (
     triton_cubins,
     uses_cublas,
 )
+from kernelpro.settings import Settings
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 CUDA = Path(__file__).parent / "fixtures" / "cuda"
@@ -103,16 +104,15 @@ def test_find_cuobjdump_prefers_the_environment(
     tool = tmp_path / "my-cuobjdump"
     tool.write_text("#!/bin/sh\necho '	code for sm_90a'\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("KERNELPRO_CUOBJDUMP", str(tool))
-    assert find_cuobjdump() == str(tool)
+    found = find_cuobjdump(Settings.from_env({"KERNELPRO_CUOBJDUMP": str(tool)}).cuobjdump_tool)
+    assert found == str(tool)
     cubin = tmp_path / "x.cubin"
     cubin.write_bytes(b"\x7fELF")
-    assert disassemble(cubin).strip() == "code for sm_90a"
+    assert disassemble(cubin, found).strip() == "code for sm_90a"
 
 
 def test_find_cuobjdump_falls_back_to_the_triton_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("triton")
-    monkeypatch.delenv("KERNELPRO_CUOBJDUMP", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setenv("CUDA_HOME", "/nonexistent")
     monkeypatch.delenv("CUDA_PATH", raising=False)
@@ -293,9 +293,9 @@ def test_the_profiler_disassembles_early_and_keeps_only_the_launched_config(buil
         warps = 4 if name == "float4_loads" else 8  # two configs of one autotuned kernel
         (tmp_path / folder / "_k.json").write_text(json.dumps({"name": "_k", "num_warps": warps}))
     ready: dict[Path, str] = {}
-    _disassemble_all(tmp_path, ready)
+    _disassemble_all(tmp_path, ready, None)
     assert len(ready) == 2 and all("code for sm_90a" in text for text in ready.values())
     launched = KernelProfile("_k", {}, block=(128, 1, 1))
-    sass, notes = _sass(tmp_path, [launched], ready)
+    sass, notes = _sass(tmp_path, [launched], ready, None)
     assert notes == [] and sass is not None
     assert sass.global_load_bits.get(128, 0) >= 2 and sass.count("STL") == 0  # not the spilling config

@@ -51,7 +51,6 @@ done
 exec "$@"
 """)
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("KERNELPRO_NCU", str(script))
     return script
 
 
@@ -84,7 +83,7 @@ def test_the_profilers_ncu_step_takes_the_standby(fake_ncu: Path) -> None:
     sb = NcuStandby(str(fake_ncu), imports_of(FAST), timeout_s=60)
     stages: dict[str, float] = {}
     try:
-        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(), sb.cache, stages, sb)
+        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(ncu_tool=str(fake_ncu)), sb.cache, stages, sb)
     finally:
         sb.close()
     assert [k.name for k in kernels] == ["_swiglu_kernel"] and notes == []
@@ -102,7 +101,7 @@ def test_an_expired_standby_gives_way_to_a_fresh_child(fake_ncu: Path) -> None:
     stages: dict[str, float] = {}
     try:
         assert not sb._thread.is_alive()  # it gave up waiting and left a result saying so
-        kernels, _ = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(), sb.cache, stages, sb)
+        kernels, _ = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(ncu_tool=str(fake_ncu)), sb.cache, stages, sb)
     finally:
         sb.close()
     assert [k.name for k in kernels] == ["_swiglu_kernel"] and "ncu.standby" not in stages
@@ -120,7 +119,7 @@ def test_a_standby_that_fails_gives_way_to_a_fresh_child_and_says_so(tmp_path: P
     sb = NcuStandby(str(fake_ncu), [], timeout_s=60)
     stages: dict[str, float] = {}
     try:
-        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(), sb.cache, stages, sb)
+        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(ncu_tool=str(fake_ncu)), sb.cache, stages, sb)
     finally:
         sb.close()
     assert [k.name for k in kernels] == ["_swiglu_kernel"] and "ncu.standby" not in stages
@@ -170,7 +169,7 @@ def test_filling_the_standbys_cache_leaves_what_it_loaded_alone(tmp_path: Path, 
         while not (sb.cache / "stub" / "cuda_utils.so").exists() and time.monotonic() < deadline:
             time.sleep(0.1)  # the standby's import has loaded the library
         profile = _profile(DEFINITION, solution, [WORKLOAD], EvalSettings(device="cpu"),
-                           ProfileSettings(sass=False, timeline=False), None, evaluated, sb)
+                           ProfileSettings(sass=False, timeline=False, ncu_tool=str(fake_ncu)), None, evaluated, sb)
         assert (sb.cache / "stub" / "cuda_utils.so").read_bytes() == b"A" * 4096
         assert (sb.cache / "kern" / "_swiglu_kernel.cubin").read_bytes() == b"cubin"
         assert not (sb.cache / "kern" / "link.cubin").exists()  # a link of the candidate's is not followed
@@ -247,10 +246,13 @@ def test_imports_of_reads_the_entry_files_absolute_imports() -> None:
 
 
 def test_no_standby_without_ncu_or_when_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KERNELPRO_NCU", str(tmp_path / "absent"))
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    if Path("/usr/local/cuda/bin/ncu").is_file():
+        pytest.skip("a real ncu is installed in /usr/local/cuda; find_ncu would find it")
     assert start_standby(FAST, ProfileSettings()) is None
+    assert start_standby(FAST, ProfileSettings(ncu_tool=str(tmp_path / "absent"))) is None
     assert start_standby(FAST, ProfileSettings(standby=False)) is None
 
 

@@ -411,11 +411,11 @@ def raw_csv_wrapper(ncu: str, log_file: str) -> list[str]:
             "--log-file", log_file]
 
 
-def find_ncu() -> str | None:
-    """KERNELPRO_NCU, then PATH, then the CUDA toolkit's usual homes."""
+def find_ncu(override: str | None = None) -> str | None:
+    """``override`` (Settings.ncu_tool, KERNELPRO_NCU), then PATH, then the CUDA toolkit's usual homes."""
     from kernelpro.runner.toolkit import find_tool
 
-    return find_tool("ncu", "KERNELPRO_NCU")
+    return find_tool("ncu", override)
 
 
 _UNKNOWN_METRIC = re.compile(

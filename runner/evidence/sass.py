@@ -61,15 +61,15 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_cuobjdump() -> str | None:
-    """KERNELPRO_CUOBJDUMP, PATH, $CUDA_HOME/bin, then the copy the triton wheel ships.
+def find_cuobjdump(override: str | None = None) -> str | None:
+    """``override`` (Settings.cuobjdump_tool, KERNELPRO_CUOBJDUMP), PATH, $CUDA_HOME/bin, then the
+    copy the triton wheel ships.
 
     The last one matters on CI: the CPU image has nvcc but not the whole toolkit, while
     `triton/backends/nvidia/bin/` carries cuobjdump + nvdisasm for Triton's own use.
     """
-    env = os.environ.get("KERNELPRO_CUOBJDUMP")
-    if env:
-        found = env if _executable(Path(env)) else shutil.which(env)
+    if override:
+        found = override if _executable(Path(override)) else shutil.which(override)
         if found:
             return found
     found = shutil.which("cuobjdump")
