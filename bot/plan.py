@@ -160,7 +160,9 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
     the current head before the comment and no push after it, the head's commit must not be dated
     after the comment (a commit cannot be pushed before it was made), and the head repository's
     activity log (server time, unlike commit dates) must record no update of the head branch after
-    the comment. Anything else is a head that moved after the maintainer looked: not approved."""
+    the comment. Anything else is a head that moved after the maintainer looked: not approved. The
+    log and the comment's time have whole seconds, so a push in the comment's second counts as after
+    it, and a log that cannot be read approves nothing (the reply asks for ``retry <sha>``)."""
     head, n = pr.head.sha, trigger.pr
 
     def refused(why: str) -> tuple[str, str]:
@@ -181,36 +183,42 @@ def retry_commit(repo: Any, pr: Any, trigger: Any) -> tuple[str, str]:
             (after if found else before).append(sha)
             if kind == "committed" and sha == head:
                 committed = (data.get("committer") or {}).get("date") or ""
-                if found or _later(committed, trigger.comment_at):
+                if found or _not_before(committed, trigger.comment_at):
                     after.append(sha)
     if not found:
         return refused("not_found")
-    if after or head not in before or _pushed_after(pr, trigger.comment_at):
+    if after or head not in before:
         return refused("moved")
-    return head, ""
+    pushed = _pushed_after(pr, trigger.comment_at)
+    if pushed is None:
+        return refused("unverified")
+    return refused("moved") if pushed else (head, "")
 
 
-def _pushed_after(pr: Any, when: str | None) -> bool:
+def _pushed_after(pr: Any, when: str | None) -> bool | None:
     """Whether the head repository's activity log (``GET /repos/{o}/{r}/activity``, server time)
-    records an update of the PR's head branch after ``when``. Commit dates and the timeline's
-    order of commits are the author's to choose; this is not. False when it cannot tell (the API
-    refused, or the fork is gone): the timeline's checks still apply."""
+    records an update of the PR's head branch at or after ``when``. Commit dates and the timeline's
+    order of commits are the author's to choose; this is not. None when it cannot tell (the API
+    refused, the fork is gone, or the log is not a list): the caller approves nothing then."""
     head_repo = pr.head.repo
     if head_repo is None:
-        return False
+        return None
     try:
         _, data = head_repo._requester.requestJsonAndCheck(
             "GET", f"{head_repo.url}/activity",
             parameters={"ref": f"refs/heads/{pr.head.ref}", "direction": "desc", "per_page": 100})
     except GithubException:
-        return False
-    return any(isinstance(a, dict) and _later(str(a.get("timestamp", "")), when) for a in data or [])
+        return None
+    if not isinstance(data, list):
+        return None
+    return any(not isinstance(a, dict) or _not_before(str(a.get("timestamp", "")), when) for a in data)
 
 
-def _later(when: str, than: str | None) -> bool:
-    """Whether ISO time ``when`` is after ``than``; True when either cannot be read (fail closed)."""
+def _not_before(when: str, than: str | None) -> bool:
+    """Whether ISO time ``when`` is at or after ``than`` (both have whole seconds on GitHub, so the
+    same second may be either side); True when either cannot be read (fail closed)."""
     try:
-        return datetime.fromisoformat(when.replace("Z", "+00:00")) > datetime.fromisoformat(
+        return datetime.fromisoformat(when.replace("Z", "+00:00")) >= datetime.fromisoformat(
             (than or "").replace("Z", "+00:00"))
     except (TypeError, ValueError):
         return True

@@ -695,6 +695,12 @@ class FakeGitHub:
         with self._lock:
             self._sync_git()
 
+    def sync_git(self) -> None:
+        """Notice pushes to the linked repositories now (each request does too): a test that pushes
+        calls it so the push's activity-log time is when it happened, as on GitHub."""
+        with self._lock:
+            self._sync_git()
+
     def _sync_git(self) -> None:
         for r in self.repos.values():
             if r.git_dir is None:

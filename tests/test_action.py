@@ -54,7 +54,14 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     """Indirect parameters ``{"prefix": "/api/v3"}`` (GitHub Enterprise Server's API path) or
     ``{"head_repo": "mallory/demo"}`` (a pull request from a fork)."""
     kw: dict[str, Any] = getattr(request, "param", {})
-    src = make_demo_repo(tmp_path / "src")
+    # The pull request was opened a minute before anyone comments on it: a bare retry approves the
+    # head only if its commit and its push are from an earlier second than the comment (bot/plan.py).
+    minute_ago = int(time.time()) - 60
+    opened = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute_ago))  # as GitHub writes times
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GIT_AUTHOR_DATE", f"{minute_ago} +0000")  # git's raw date format
+        env.setenv("GIT_COMMITTER_DATE", f"{minute_ago} +0000")
+        src = make_demo_repo(tmp_path / "src")
     s = git.Repo(src)
     head, base = s.head.commit.hexsha, s.head.commit.parents[0].hexsha
     origin = tmp_path / "origin.git"
@@ -66,6 +73,8 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     fake = FakeGitHub(prefix=kw.get("prefix", "")).start()
     fake.add_repo(REPO, sha=base)
     fake.link_git(REPO, origin)
+    for pushed in fake.repos[REPO].activity:
+        pushed["timestamp"] = opened
     fake.add_pull(REPO, head_ref="feature", head_sha=head, base_ref="main", base_sha=base, user="alice",
                   head_repo=kw.get("head_repo"))
     fake.set_role(REPO, "maint", "maintain")

@@ -294,6 +294,7 @@ def _push(w: ActionWorld, when: str | None = None) -> str:
     with repo.git.custom_environment(**env):
         repo.git.commit("-m", "tune", "--author", "Mallory <m@example.com>")
     repo.git.push("origin", "feature", "HEAD:refs/pull/1/head")  # GitHub moves the PR's ref with it
+    w.fake.sync_git()  # GitHub logs a push as it happens; the fake would notice it at its next request
     return repo.head.commit.hexsha
 
 
@@ -318,9 +319,46 @@ def test_a_retry_does_not_approve_a_push_made_after_it(action_world: ActionWorld
 
 
 def test_a_retry_after_the_push_approves_the_new_head(action_world: ActionWorld) -> None:
+    import time
+
     w = action_world
     new = _push(w)
+    time.sleep(1.1)  # the maintainer reads the push, then comments: a later second of the activity log
     p = action.plan(w.settings("issue_comment", retry(w, "maint")), w.checkout, w.fake.client())
+    assert p.run and p.head_sha == new
+
+
+def test_a_push_in_the_comments_second_is_not_approved(action_world: ActionWorld) -> None:
+    """GitHub's times have whole seconds: a push stamped with the comment's second may have come
+    after it, so it is not approved (the commit is backdated, so only the activity log can tell)."""
+    w = action_world
+    new = _push(w, when="2001-01-01T00:00:00+00:00")
+    payload = retry(w, "maint", "/kernelpro retry --budget 3")
+    pushed = [a for a in w.fake.repos[ACTION_REPO].activity if a["ref"] == "refs/heads/feature"][-1]
+    payload["comment"]["created_at"] = pushed["timestamp"]
+    p = action.plan(w.settings("issue_comment", payload), w.checkout, w.fake.client())
+    assert not p.run and "moved after" in p.reason and f"`/kernelpro retry {new}`" in _replies(w)[0]
+
+
+@pytest.mark.parametrize("refusal", [403, 404, 500])
+def test_a_bare_retry_approves_nothing_when_the_activity_log_cannot_be_read(action_world: ActionWorld,
+                                                                             refusal: int) -> None:
+    """Without the log only the timeline and commit dates are left, which the author chooses: the
+    reply says why and asks for the commit by name, and that retry runs."""
+    import time
+
+    w = action_world
+    new = _push(w)
+    time.sleep(1.1)
+    w.fake.fail_next("GET", r"/repos/[^/]+/[^/]+/activity$", refusal, times=5)
+    p = action.plan(w.settings("issue_comment", retry(w, "maint", "/kernelpro retry --budget 3")), w.checkout,
+                    w.fake.client())
+    assert not p.run and "could not read the activity log" in p.reason
+    (reply,) = _replies(w)
+    assert f"`/kernelpro retry {new}`" in reply
+    w.fake.fail_next("GET", r"/repos/[^/]+/[^/]+/activity$", refusal, times=5)
+    p = action.plan(w.settings("issue_comment", retry(w, "maint", f"/kernelpro retry {new} --budget 3")),
+                    w.checkout, w.fake.client())
     assert p.run and p.head_sha == new
 
 
