@@ -83,6 +83,9 @@ class LLMExtractor:
         self.max_tokens = max_tokens
         self.calls = 0
         """Extraction calls made (for the report and tests)."""
+        self.counts = {"requests": 0, "answered": 0, "errors": 0, "tokens_in": 0, "tokens_out": 0}
+        """Requests sent to the endpoint (each attempt), answered, failed, and the tokens the server
+        counted: the report adds them to the llm programmer's use of the same endpoint."""
         self._json_mode = True
         self._token_param = "max_tokens"
 
@@ -94,10 +97,12 @@ class LLMExtractor:
             kwargs: dict[str, Any] = {self._token_param: self.max_tokens}
             if self._json_mode:
                 kwargs["response_format"] = {"type": "json_object"}
+            self.counts["requests"] += 1
             try:
                 resp = self.client.chat.completions.create(
                     model=self.model, messages=[{"role": "user", "content": prompt}], **kwargs)
             except openai.BadRequestError as e:
+                self.counts["errors"] += 1
                 if self._json_mode and "response_format" in str(e):
                     self._json_mode = False
                     continue
@@ -106,7 +111,12 @@ class LLMExtractor:
                     continue
                 raise ExtractionError(f"the endpoint refused the request ({e.status_code}: {e.message})") from e
             except openai.APIError as e:
+                self.counts["errors"] += 1
                 raise ExtractionError(f"{type(e).__name__}: {e}") from e
+            self.counts["answered"] += 1
+            if resp.usage is not None:
+                self.counts["tokens_in"] += int(resp.usage.prompt_tokens or 0)
+                self.counts["tokens_out"] += int(resp.usage.completion_tokens or 0)
             if not resp.choices:
                 raise ExtractionError("the answer has no choices")
             choice = resp.choices[0]

@@ -317,7 +317,7 @@ class Run:
                energy: EnergyOutcome | None = None, versus: BaseComparison | None = None) -> Result:
         """The Result, and the results directory's files."""
         target, out_dir, baseline = self.target, self.out_dir, self.baseline
-        memory, programmer = tuple(self.memory.to_json()), usage(self.programmer)
+        memory, programmer = tuple(self.memory.to_json()), usage(self.programmer, self.memory.extractor)
         result = Result(target, self.device, baseline, tuple(self.evaluated), winner, gates, self.base_branch, stop,
                         self.clock() - self.t0, self.resumed, self.journal.skipped_lines, self.stage1,
                         dict(self.analyses), self.profile_seconds, memory, energy, self.duplicates, versus,

@@ -37,10 +37,46 @@ class Ceilings(WireCeilings):
         return self.flops_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
 
 
+# Other parts' datasheet peaks (dense, no sparsity): DRAM GB/s, 16-bit tensor TFLOP/s, fp32 TFLOP/s. A
+# part reaches ~85-90 % of them, so its floor is a little low and "the most speedup possible" a little
+# high: never a false "at the roofline", and the gate's faster-than-physics check (0.9 x floor) stays
+# sound. First match in the upper-cased device name wins (torch's names: "NVIDIA A100-SXM4-40GB",
+# "NVIDIA H100 PCIe", "NVIDIA L40S", ...): specific variants before their family.
+DATASHEETS: tuple[tuple[str, float, float, float], ...] = (
+    ("GH200", 4900.0, 989.0, 67.0),
+    ("H100 PCIE", 2000.0, 756.0, 51.0),
+    ("H100 NVL", 3900.0, 835.0, 60.0),
+    ("H100", 3350.0, 989.0, 67.0),
+    ("A100-SXM4-40GB", 1555.0, 312.0, 19.5),
+    ("A100-PCIE-40GB", 1555.0, 312.0, 19.5),
+    ("A100 80GB PCIE", 1935.0, 312.0, 19.5),
+    ("A100", 2039.0, 312.0, 19.5),
+    ("B200", 8000.0, 2250.0, 80.0),
+    ("L40S", 864.0, 362.0, 91.6),
+    ("L40", 864.0, 181.0, 90.5),
+    ("L4", 300.0, 121.0, 30.3),
+    ("RTX 4090", 1008.0, 165.0, 82.6),
+)
+
+
 def default_ceilings(gpu: str, dtypes: Sequence[str]) -> Ceilings:
+    """The ceilings of ``gpu`` (a device name; '' for the H200): the H200's as measured here, another
+    part's datasheet, or for a part in neither the H200's, saying so in ``source`` (the report and
+    the prompt show it), so no floor is passed off as this GPU's."""
     tensor = any(d in ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2") for d in dtypes)
+    name = gpu or "NVIDIA H200"
+    upper = name.upper()
+    if "H200" in upper and "GH200" not in upper:
+        flops = H200_CEILINGS["flops_tensor_tflops"] if tensor else H200_CEILINGS["flops_fp32_tflops"]
+        return Ceilings(name, H200_CEILINGS["bandwidth_gbs"], flops, "H200 measurements (corpus.md)")
+    for key, bandwidth, tensor_tflops, fp32_tflops in DATASHEETS:
+        if key in upper:
+            return Ceilings(name, bandwidth, tensor_tflops if tensor else fp32_tflops,
+                            f"datasheet of the {key} (dense peaks; not measured on this GPU)")
     flops = H200_CEILINGS["flops_tensor_tflops"] if tensor else H200_CEILINGS["flops_fp32_tflops"]
-    return Ceilings(gpu or "NVIDIA H200", H200_CEILINGS["bandwidth_gbs"], flops, "H200 measurements (corpus.md)")
+    return Ceilings(name, H200_CEILINGS["bandwidth_gbs"], flops,
+                    f"the H200's: {name[:60]} is not in kernelpro's table, so floors and % of roofline are an "
+                    "H200's, not this GPU's")
 
 
 @dataclass(frozen=True)

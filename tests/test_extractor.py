@@ -147,6 +147,12 @@ def test_the_loop_extracts_between_iterations_and_the_next_prompt_has_it(
     report = (tmp_path / "out" / "report.md").read_text()
     # The model's words, made inert Markdown (report.md is also the job's summary, issue 20).
     assert "successful_patterns (evaluation 1, extracted by the model): BLOCK\\_SIZE 64-&gt;512 made it 8x faster" in report
+    # The extraction's request is the endpoint's too: counted in the totals, its share named.
+    used = result.programmer
+    assert (used["requests"], used["answered"], used["errors"]) == (4, 4, 0), used
+    assert used["extraction"]["requests"] == 1 and used["tokens_in"] > used["extraction"]["tokens_in"] > 0
+    assert "4 requests (4 answered, 0 failed)" in report
+    assert f"search-memory extraction among them: 1 requests, {used['extraction']['tokens_in']} tokens in" in report
 
 
 def test_a_resumed_run_restores_the_models_memory_instead_of_asking_again(

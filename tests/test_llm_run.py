@@ -70,6 +70,24 @@ def test_an_endpoint_without_a_models_route_is_checked_with_a_one_token_request(
         fake.stop()
 
 
+@pytest.mark.parametrize("message", ["Invalid model name passed in model=no-such-model",
+                                     "The model `no-such-model` does not exist", "unknown model: no-such-model"])
+def test_a_gateway_that_refuses_the_model_with_a_400_is_found_before_the_run(message: str) -> None:
+    """No /models route, and a 400 (not a 404) for a model it does not serve, as LiteLLM answers."""
+    fake = FakeOpenAI(models_route=False).start()
+    try:
+        fake.script(error(400, message=message))
+        prog = LLMProgrammer(openai.OpenAI(base_url=fake.url, api_key=API_KEY, max_retries=0), "no-such-model")
+        with pytest.raises(PluginError) as e:
+            prog.check()
+        assert "refused the model 'no-such-model' (400" in str(e.value) and "Fix: set KERNELPRO_LLM_MODEL" in str(e.value)
+        fake.script(error(400, message="max_tokens must be at least 16"))  # any other 400: the endpoint works
+        programmer(fake).check()
+        fake.check()
+    finally:
+        fake.stop()
+
+
 def test_expansions_that_all_fail_stop_the_search_with_the_cause(target: Target, repo_root: Path) -> None:
     fake = FakeOpenAI().start()
     try:
@@ -226,7 +244,7 @@ def test_the_first_prompt_holds_what_the_judge_uses(target: Target, repo_root: P
     # the baseline's timings, already in the first (init) prompt
     assert "## The pull request's kernel (the baseline to beat)" in user and "{'M': 4096}: 0.2500 ms" in user
     # Stage 1: bytes per call, the floor, % of it, from the measured ceilings
-    assert "Memory-bound (roofline only (no ncu): memory-bound)" in user and "Measured ceilings: 4250 GB/s" in user
+    assert "Memory-bound (roofline only (no ncu): memory-bound)" in user and "Ceilings: 4250 GB/s" in user
     assert "| {'M': 4096} | 201 MB | 67.1 MFLOP | 0.333 | 0.0474 | 0.2500 | 19 % | 5.28x |" in user
     # the hardware notes: the measured ceiling, not the datasheet's 4.8 TB/s; nothing for tensor cores
     notes = user.split("## Hardware notes")[1].split("\n## ")[0]

@@ -80,3 +80,27 @@ def test_measured_class_thresholds() -> None:
     assert measured_class(_ncu(30, 85))[0] == "memory"
     assert measured_class(_ncu(65, 62))[0] == "mixed"
     assert measured_class(Profile())[0] is None
+
+
+@pytest.mark.parametrize("gpu, bandwidth, fp32, bf16, source", [
+    ("NVIDIA H200", 4250.0, 67.0, 678.0, "H200 measurements"),
+    ("NVIDIA GH200 480GB", 4900.0, 67.0, 989.0, "datasheet of the GH200"),
+    ("NVIDIA H100 80GB HBM3", 3350.0, 67.0, 989.0, "datasheet of the H100 "),
+    ("NVIDIA H100 PCIe", 2000.0, 51.0, 756.0, "datasheet of the H100 PCIE"),
+    ("NVIDIA A100-SXM4-40GB", 1555.0, 19.5, 312.0, "datasheet of the A100-SXM4-40GB"),
+    ("NVIDIA A100-SXM4-80GB", 2039.0, 19.5, 312.0, "datasheet of the A100 "),
+    ("NVIDIA L40S", 864.0, 91.6, 362.0, "datasheet of the L40S"),
+    ("NVIDIA L4", 300.0, 30.3, 121.0, "datasheet of the L4 "),
+])
+def test_each_gpu_gets_its_own_ceilings_and_says_where_they_come_from(gpu: str, bandwidth: float, fp32: float,
+                                                                      bf16: float, source: str) -> None:
+    """A roofline drawn with the H200's bandwidth on an A100 calls a kernel at the A100's roof 50 %
+    of it: each part's own numbers, and their source in the report and the prompt."""
+    c, t = default_ceilings(gpu, ["float32"]), default_ceilings(gpu, ["bfloat16"])
+    assert (c.gpu, c.bandwidth_gbs, c.flops_tflops, t.flops_tflops) == (gpu, bandwidth, fp32, bf16)
+    assert c.source.startswith(source)
+
+
+def test_an_unknown_gpu_says_its_floors_are_the_h200s() -> None:
+    c = default_ceilings("NVIDIA RTX PRO 6000 Blackwell", ["float32"])
+    assert c.bandwidth_gbs == 4250.0 and "is not in kernelpro's table" in c.source and "not this GPU's" in c.source

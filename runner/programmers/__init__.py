@@ -95,12 +95,20 @@ class PluginError(RuntimeError):
     to install or set."""
 
 
-def usage(programmer: Programmer) -> dict[str, Any]:
+def usage(programmer: Programmer, extractor: object = None) -> dict[str, Any]:
     """What the report says about who wrote the candidates: the name, and for programmers that count
-    their work (the llm one: model, endpoint host, requests, tokens, retries, errors), those counts."""
+    their work (the llm one: model, endpoint host, requests, tokens, retries, errors), those counts.
+    An ``extractor`` that counts its requests (runner/extractor.py: the search memory's, on the same
+    endpoint) adds them to the totals, and its share is kept under ``extraction``."""
     counts = getattr(programmer, "usage", None)
     name = getattr(programmer, "name", None) or type(programmer).__name__  # a test's stand-in may have none
-    return {"name": name, **(counts().to_json() if callable(counts) else {})}
+    used = {"name": name, **(counts().to_json() if callable(counts) else {})}
+    extra = getattr(extractor, "counts", None)
+    if "model" in used and isinstance(extra, dict) and extra.get("requests"):
+        for key in ("requests", "answered", "errors", "tokens_in", "tokens_out"):
+            used[key] = int(used.get(key, 0)) + int(extra.get(key, 0))
+        used["extraction"] = dict(extra)
+    return used
 
 
 def load(name: str, settings: object) -> Programmer:

@@ -146,8 +146,10 @@ def gpu_hint(gpu_name: str, language: str, *, tensor: bool = True, ceilings: Any
     upper = gpu_name.upper()
     key = next((k for k in _GPU_FACTS if k in upper), None)
     sku = f"{key}: {_GPU_FACTS[key]}" if key else None
-    # roofline.default_ceilings are the H200's whatever the GPU: on another part the datasheet says more.
-    measured_here = ceilings is not None and (ceilings.source == "measured" or key is not None and key in ceilings.source)
+    # Only measured ceilings replace the datasheet line: roofline.default_ceilings may be another
+    # part's datasheet, or the H200's on a GPU it does not know.
+    measured_here = ceilings is not None and (ceilings.source == "measured" or key == "H200" and
+                                               ceilings.source.startswith("H200 measurements"))
     if sku is not None and ceilings is not None and measured_here:
         sms = sku.split(",")[0]
         sku = (f"{sms}; measured ceilings: {ceilings.bandwidth_gbs:.0f} GB/s DRAM (read + write), "
@@ -679,6 +681,10 @@ _CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+)|context length of 
                             r"context window (?:of|is) (\d+)", re.I)
 _PROMPT_TOKENS = re.compile(r"(\d+) in the messages|(?:has|contains at least) (\d+) input tokens|"
                             r"messages resulted in (\d+) tokens|prompt \((\d+) tokens\)", re.I)
+_UNKNOWN_MODEL = re.compile(r"(?i)\bmodel\b.{0,80}\b(not found|does not exist|unknown|invalid|not supported|"
+                            r"no such|not available)|\b(unknown|invalid|unsupported) model")
+"""A 400's words for a model the endpoint does not serve (a 400 for any other reason still proves the
+endpoint read the request with this key)."""
 _CONTEXT_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length", "max_input_tokens")
 
 
@@ -806,6 +812,10 @@ class LLMProgrammer:
                 if self._token_param == "max_tokens" and "max_completion_tokens" in str(e):
                     self._token_param = "max_completion_tokens"
                     continue
+                if _UNKNOWN_MODEL.search(str(e.message)):  # gateways (LiteLLM, ...) refuse a model with a 400
+                    raise PluginError(
+                        f"the LLM endpoint {self.where} refused the model {self.model!r} (400: {e.message}). Fix: set "
+                        "KERNELPRO_LLM_MODEL to a model that the endpoint serves.") from e
                 return  # the endpoint read the request, with this key, for this model: enough
             except openai.APIStatusError as e:
                 self._n["errors"] += 1
