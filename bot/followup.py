@@ -39,6 +39,8 @@ __all__ = ["Limits", "publish_results"]
 BOT_EMAIL = "41898282+github-actions[bot]@users.noreply.github.com"
 """The commit e-mail of github-actions[bot]."""
 NO_RESULTS = "no optimize job uploaded results"
+NO_RESULTS_WHY = (f"{NO_RESULTS}: every optimize job failed or the run was cancelled. Fix what their logs say, then "
+                  "comment /kernelpro retry or add the label again")
 """Why publish stops when there is nothing to publish (the comment and the commit status say it)."""
 _RETRY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 """A target name that `/kernelpro retry --kernel` takes and a code span shows as it is."""
@@ -157,10 +159,8 @@ def _nothing_to_publish(settings: Settings, repo: Any, sticky: StickyComment, ac
     """No optimize job uploaded results (each failed, or the run was cancelled): the comment's
     queued or live state and the pending status must not outlive the run (a required check would
     wait forever), so both say so; returns the error that fails the job."""
-    why = (f"{NO_RESULTS}: every optimize job failed or the run was cancelled. Fix what their logs say, then "
-           "comment /kernelpro retry or add the label again")
-    body = render_comment("failed", n=len(settings.plan_targets), i=0, evaluations=0, reason=md(why, 500),
-                          run_url=_safe_url(settings.run_url))
+    why = NO_RESULTS_WHY
+    body = stopped_body(why, len(settings.plan_targets), settings.run_url)
     try:
         sticky.update(body, force=True)
     except CommentError as e:
@@ -172,15 +172,19 @@ def _nothing_to_publish(settings: Settings, repo: Any, sticky: StickyComment, ac
 
 
 CANCELLED = "the run was cancelled before its optimize jobs finished: nothing is published"
+CANCELLED_WHY = f"{CANCELLED}. Comment /kernelpro retry or add the label again to start again"
+
+
+def stopped_body(why: str, kernels: int, run_url: str) -> str:
+    """The final comment of a run that published nothing (no results, or cancelled): ``why`` and the run's link."""
+    return render_comment("failed", n=kernels, i=0, evaluations=0, reason=md(why, 500), run_url=_safe_url(run_url))
 
 
 def _cancelled_run(settings: Settings, repo: Any, sticky: StickyComment, head_sha: str) -> str:
     """The run was cancelled (``/kernelpro cancel`` or the Actions tab): no follow-up pull request from
     whatever finished before; the comment and the commit status end its queued or live state. A
     comment that already says who cancelled it (bot/plan.py) is kept."""
-    why = f"{CANCELLED}. Comment /kernelpro retry or add the label again to start again"
-    body = render_comment("failed", n=len(settings.plan_targets), i=0, evaluations=0, reason=md(why, 500),
-                          run_url=_safe_url(settings.run_url))
+    body = stopped_body(CANCELLED_WHY, len(settings.plan_targets), settings.run_url)
     try:
         said = sticky.current_body() or ""
         if not ("cancelled by" in said and "/kernelpro cancel" in said):  # bot/plan.py's words, escaped

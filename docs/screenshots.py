@@ -128,6 +128,7 @@ def states() -> dict[str, tuple[str, str]]:
     from kernelpro.bot.command import reply
     from kernelpro.bot.comment import progress_body
     from kernelpro.bot.event import Trigger
+    from kernelpro.bot.followup import CANCELLED_WHY, NO_RESULTS_WHY, stopped_body
     from kernelpro.bot.job import explain, say_done
     from kernelpro.bot.plan import NO_CONFIG
     from kernelpro.bot.progress import KernelProgress, Snapshot, live_marker, render
@@ -208,6 +209,10 @@ def states() -> dict[str, tuple[str, str]]:
         "14-cancel": ("kernelpro replied to /kernelpro cancel", posted("cancel", sender="maintainer")),
         "15-cancel-refused": ("kernelpro replied to /kernelpro cancel (no write access)",
                               posted("cancel", sender="visitor", may_write=False)),
+        "16-no-results": ("kernelpro commented (every optimize job failed)",
+                          stopped_body(NO_RESULTS_WHY, 2, run)),
+        "17-run-cancelled": ("kernelpro commented (run cancelled from the Actions tab)",
+                             stopped_body(CANCELLED_WHY, 2, run)),
     }
 
 
