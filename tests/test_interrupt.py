@@ -32,9 +32,11 @@ from kernelpro.runner.trace import BuildSpec, Solution, SourceFile
 # of the processes that outlived it; then kills those (again and again: each kill re-parents the
 # killed one's children here).
 WATCHER = textwrap.dedent("""
-    import ctypes, json, os, subprocess, sys, time
+    import ctypes, json, os, signal, subprocess, sys, time
     assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    p = subprocess.Popen(sys.argv[1:])
+    # As from a terminal: a shell without job control starts background jobs with SIGINT ignored, and
+    # a suite run that way (nohup ... &) would hand that on; Python then installs no Ctrl-C handler.
+    p = subprocess.Popen(sys.argv[1:], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     print(p.pid, flush=True)
     rc = p.wait()
     time.sleep(0.5)
