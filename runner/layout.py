@@ -145,7 +145,9 @@ def context(checkout: Path, sources: Sequence[str], python_path: Sequence[str] =
         texts = _blobs(checkout, [files[p] for p in wanted])
     out, size = [], 0
     for p, t in zip(wanted, texts, strict=True):
-        if t is None or not t:
+        # An empty file is kept: an empty __init__.py is what makes its folder a package, and without
+        # it flashinfer/triton/ read as a top-level package named triton (benchmarks/upstream.py).
+        if t is None:
             continue
         size += len(t)
         if size > MAX_CONTEXT_BYTES:

@@ -152,4 +152,6 @@ class Target:
         the candidate runs as the repository with its files in place (runner/layout.py)."""
         if self.language == "cuda":
             return ()
-        return tuple(SourceFile(p, t) for p, t in package_context(checkout, self.files, self.python_path))
+        # An empty file (a package's __init__.py) becomes a comment: FlashInfer-Trace refuses empty sources.
+        return tuple(SourceFile(p, t or "# empty in the repository\n")
+                     for p, t in package_context(checkout, self.files, self.python_path))

@@ -209,6 +209,20 @@ def test_relative_import_in_a_package_at_the_root(tmp_path: Path) -> None:
     assert triples.status == "INCORRECT_NUMERICAL", triples.log
 
 
+def test_an_empty_init_keeps_a_subpackage_named_like_an_installed_package_inside_its_package(tmp_path: Path) -> None:
+    """FlashInfer as published: an empty ``flashinfer/__init__.py`` and a subpackage ``flashinfer/triton``.
+    The empty file still makes ``flashinfer`` a package, so ``flashinfer/triton`` is not served as the
+    top-level ``triton`` (which broke ``import triton`` in every evaluation of such a target)."""
+    repo = tmp_path / "repo"
+    _write(repo, {"fi/__init__.py": "", "fi/triton/__init__.py": "", "fi/triton/util.py": UTIL,
+                  "fi/triton/norm.py": "import triton\n\n" + KERNEL})
+    t = _target(repo, ["fi/triton/norm.py"], "fi/triton/norm.py::scale")
+    assert {f.path for f in t.context(repo)} == {"fi/__init__.py", "fi/triton/__init__.py", "fi/triton/util.py"}
+    head = t.solution(repo)
+    got = _evaluate(t, repo, head, tmp_path)
+    assert got.passed, got.log[-1500:]
+
+
 def test_python_path_names_the_import_root(tmp_path: Path) -> None:
     """A Triton-repository-like layout (python/tk/..., no __init__.py files) that no rule can read:
     ``python_path: [python]`` says where ``tk`` is imported from."""
