@@ -39,6 +39,8 @@
 #   corpus-d ~2: the FlashInfer rms_norm row; profile-rest ~4: Stage 1/2 and profiling cost of the
 #                    four corpus kernels `measure` leaves out (issue 4)
 #   overhead ~2, replays ~8, kernelbench ~4, pool ~1: issue 8's benchmarks
+#   upstream: benchmarks/upstream.py (KP_UPSTREAM_ARGS="--kernels A,B --budget-of A=16 --anchor"): the corpus as
+#             published through kernelpro optimize, issues 19, 22 and 23's tables
 #   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
 #                    the GPU waiting that many microseconds before each timed call); confine: confinement cost on the GPU (issue 18)
 #   overhead16, overhead16-cold: 16 evaluations of the demo with and without the warm server (issue 22)
@@ -121,6 +123,9 @@ step() {  # one step; its files under $base/$1
            find "$out/demo" -name report.md -exec grep -h -i -E "time by stage|wall|speedup|guard" {} + | head -30 ;;
     t1-rest) KERNELPRO_ARTIFACTS="$out" timeout 400 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                "$repo/tests/test_gpu.py" -k "(${tiers[t1]}) and not demo" ;;
+    upstream)  # issues 19, 22, 23: benchmarks/upstream.py; KP_UPSTREAM_ARGS picks the kernels and budgets
+      # shellcheck disable=SC2086
+      timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     integrity) KERNELPRO_ARTIFACTS="$out" timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu.py" -k "adversarial or (forged_timings and events)" ;;

@@ -295,6 +295,11 @@ def run_optimize(k: Upstream | None, work: Path, budget: int, device: str, env_e
     if not results:
         return row
     folder = results[0].parent
+    flat = work.parent.parent / "files"  # beside runs/: shallow enough to come back from the GPU machine
+    flat.mkdir(exist_ok=True)
+    for f in ("report.md", "result.json", "profiles.jsonl", "journal.jsonl"):
+        if (folder / f).exists():
+            shutil.copyfile(folder / f, flat / f"{work.name}.{f}")
     row.update(summarize(json.loads(results[0].read_text()), journal(folder / "journal.jsonl")))
     row["report"] = str(folder / "report.md")
     return row

@@ -16,6 +16,12 @@ dependency, works inside or outside namespaces):
 - processes: Landlock forbids ptrace-class access (``/proc/PID/environ``, ``/proc/PID/mem``) to
   any process outside the domain; from ABI 6 on it also forbids signals and abstract unix sockets
   outside it. No TCP bind or connect (ABI 4).
+- what Landlock does not cover (``seccomp_filter``, installed after it): no socket of any family
+  (UDP to the host's loopback and named unix sockets such as the systemd user manager's are
+  otherwise reachable without a network namespace; ``socketpair`` stays), no io_uring (it can open
+  sockets and set extended attributes past the filter), and chmod/chown/utime/xattr calls succeed
+  without doing anything (Landlock checks none of them: a candidate made the installation 0666).
+- in its own mount namespace (pid 1 of one), empty tmpfs over ``/run`` and ``/dev/shm``.
 - lifetime: a supervisor (this module's ``main``, or the fork server's child) is a child
   subreaper: what the candidate leaves behind, after ``setsid`` too, is re-parented to it and
   killed when the candidate's main process ends. In a pid namespace, the namespace's end does it.
@@ -54,9 +60,16 @@ _NET_TCP = 1 | 2  # bind, connect
 _SCOPE = 1 | 2  # abstract unix sockets, signals
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 _ALLOW_UNCONFINED = [False]
+_TOOL_ONLY: set[str] = set()
 
-# What a candidate may read, besides the Python installation, the CUDA toolkit and its own files.
-SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev")
+# What a candidate may read, besides the Python installation, the CUDA toolkit and its own files; and
+# every entry of /dev but these (``_dev_entries``): POSIX shared memory and message queues are
+# other processes' data (a file of the runner's user in /dev/shm was readable).
+SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys")
+_DEV_HIDDEN = ("shm", "mqueue")
+# Mounted empty (tmpfs) in a child's own mount namespace: named unix sockets of the runner's services
+# (/run/user/UID/systemd/private, dbus) and other processes' shared memory are not there to find.
+_EMPTY_MOUNTS = ("/run", "/dev/shm")
 # Character devices a process may open for writing: the null devices and the GPU's.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
             "/dev/nvidia-caps/*", "/dev/dri/*")
@@ -79,15 +92,19 @@ class Policy:
     proc: bool = False
     """All of /proc writable: a profiler (ncu, compute-sanitizer) that starts the program it
     profiles, which confines itself again, to its own threads' files, as its first act."""
+    tool_writable: tuple[str, ...] = ()
+    """Folders only the profiler's layer (``proc``) may write, never the harness it starts: ncu's
+    log, which the orchestrator reads back (a candidate swapped it for a link to an SSH key)."""
 
     def to_json(self) -> str:
         return json.dumps({"readable": self.readable, "writable": self.writable, "devices": self.devices,
-                           "proc": self.proc})
+                           "proc": self.proc, "tool_writable": self.tool_writable})
 
     @staticmethod
     def from_json(text: str) -> Policy:
         d = json.loads(text)
-        return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())), bool(d.get("proc")))
+        return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())), bool(d.get("proc")),
+                      tuple(d.get("tool_writable", ())))
 
 
 @dataclass(frozen=True)
@@ -130,8 +147,27 @@ def available(pid_namespace: bool) -> Availability:
     parts.append("pid namespace" if pid_namespace else
                  ("subreaper supervisor" if abi >= 6 else "no pid namespace and no Landlock signal scoping: "
                   "a candidate's daemons can outlive it"))
+    if abi:
+        parts.append(seccomp_description())
     ok = abi >= 1 and (pid_namespace or abi >= 6)
     return Availability(abi, pid_namespace, ok, " + ".join(parts))
+
+
+def required(pid_namespace: bool) -> Availability:
+    """What confines the next child; ``environment.SandboxError`` where that is not enough and the
+    operator did not opt in (runner/sandbox.py's check, for children it does not start: energy arms).
+    Every kernelpro module is imported first (``preload``)."""
+    import dataclasses
+
+    from .environment import SandboxError
+
+    preload()
+    got = available(pid_namespace)
+    if got.sufficient:
+        return got
+    if not unconfined_allowed():
+        raise SandboxError(REFUSAL.format(why=got.description))
+    return dataclasses.replace(got, description=f"UNCONFINED (operator opted in): {got.description}")
 
 
 def allow_unconfined(allow: bool) -> None:
@@ -176,11 +212,29 @@ def _installation() -> list[str]:
     return _existing([*paths, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")])
 
 
+def tool_only(folder: str | os.PathLike[str]) -> None:
+    """``folder`` (given to ``policy`` as writable) is written by the profiler's layer only (ncu's
+    log), never by the harness and candidate it starts, which cannot read it either."""
+    _TOOL_ONLY.add(os.path.realpath(folder))
+
+
+def _dev_entries() -> list[str]:
+    """Every entry of /dev now but shared memory and message queues; links are left out (their
+    targets, /proc/self/fd for one, are covered, or not, on their own)."""
+    out = []
+    with contextlib.suppress(OSError), os.scandir("/dev") as it:
+        for e in it:
+            if e.name not in _DEV_HIDDEN and not e.is_symlink():
+                out.append(e.path)
+    return sorted(out)
+
+
 def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence[str | os.PathLike[str]] = (),
            tools: Sequence[str] = ()) -> Policy:
     """The policy of a candidate whose own directories are ``writable`` (made here if missing: the
-    candidate could not make them itself); ``tools``: programs it runs under (ncu), whose folders
-    it may read wherever they are installed."""
+    candidate could not make them itself; those marked ``tool_only`` go to the profiler's layer
+    alone); ``tools``: programs it runs under (ncu), whose folders it may read wherever they are
+    installed."""
     import kernelpro.runner  # noqa: F401 - its folder must be readable for the harness
 
     for w in writable:
@@ -189,8 +243,10 @@ def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence
 
     devices = [d for pat in _DEVICES for d in glob.glob(pat)]
     homes = [os.path.dirname(os.path.realpath(shutil.which(t) or t)) for t in tools]
-    return Policy(tuple(_existing([*SYSTEM_READABLE, *_installation(), *readable, *homes])),
-                  tuple(_existing(writable)), tuple(_existing(devices)))
+    mine = [w for w in writable if w and os.path.realpath(w) not in _TOOL_ONLY]
+    theirs = [w for w in writable if w and os.path.realpath(w) in _TOOL_ONLY]
+    return Policy(tuple(_existing([*SYSTEM_READABLE, *_dev_entries(), *_installation(), *readable, *homes])),
+                  tuple(_existing(mine)), tuple(_existing(devices)), tool_writable=tuple(_existing(theirs)))
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -225,7 +281,8 @@ def restrict(p: Policy) -> int:
         # being confined; a profiler's layer allows all of /proc for the program it starts, which
         # then confines itself again (command()).
         procs = ("/proc",) if p.proc else ("/proc/self/task",)
-        for rights, paths in ((_READ, p.readable), (fs, p.writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices),
+        writable = (*p.writable, *p.tool_writable) if p.proc else p.writable
+        for rights, paths in ((_READ, p.readable), (fs, writable), (_WRITE_FILE | _READ_FILE | (_TRUNCATE & fs), p.devices),
                               (_WRITE_FILE | _READ_FILE | _READ_DIR | (_TRUNCATE & fs), procs)):
             for path in paths:
                 try:
@@ -246,7 +303,140 @@ def restrict(p: Policy) -> int:
             raise ConfinementError(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
         os.close(fd)
+    # The profiler's own layer (ncu, NVIDIA's binary, talking to the library it injects into the
+    # harness) keeps its sockets; the harness below it installs the whole filter before any
+    # candidate code runs.
+    seccomp_filter(sockets=not p.proc)
     return abi
+
+
+# --------------------------------------------------------------------------- seccomp
+#
+# Landlock (up to ABI 7) leaves out: UDP and every socket family but TCP (without a network
+# namespace, Ubuntu 24.04's default, a candidate sent UDP to the host's loopback), connect() to a
+# named unix socket (the systemd user manager's /run/user/UID/systemd/private starts unconfined
+# services that outlive the job), and file metadata: chmod, chown, utime and xattr calls on any file
+# of the runner's user (a candidate made kernelpro's installed report.py 0666 and ~/.ssh 0777). A
+# classic BPF seccomp filter, written here by hand (no libseccomp), covers them in the confined
+# process and everything it starts.
+
+REFUSE_UNIX_SOCKETS = True
+"""socket(AF_UNIX, ...) refused too (socketpair stays). The CUDA driver may look for an MPS daemon
+through a unix socket and should take EACCES as "no MPS"; if the GPU tier says otherwise, set this to
+False (the report then says unix sockets remain)."""
+
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_GET_SECCOMP = 22, 2, 21
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EACCES, _ENOSYS = 13, 38
+_AF_UNIX = 1
+_LD_W_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+_X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers, refused as a whole
+# (AUDIT_ARCH_*, socket, calls made a no-op, io_uring_setup/enter/register). socketcall does not
+# exist on either; fchmodat2 (452), setxattrat (463) and removexattrat (466) are the same on both.
+_ARCHES = {
+    "x86_64": (0xC000003E, 41,
+               (90, 91, 268, 452,  # chmod, fchmod, fchmodat, fchmodat2
+                92, 93, 94, 260,  # chown, fchown, lchown, fchownat
+                132, 235, 280, 261,  # utime, utimes, utimensat, futimesat
+                188, 189, 190, 197, 198, 199, 463, 466),  # set/remove xattr (path, link, fd, at)
+               (425, 426, 427)),
+    "aarch64": (0xC00000B7, 198,
+                (52, 53, 452,  # fchmod, fchmodat, fchmodat2 (no chmod)
+                 55, 54,  # fchown, fchownat
+                 88,  # utimensat (no utime, utimes, futimesat)
+                 5, 6, 7, 14, 15, 16, 463, 466),
+                (425, 426, 427)),
+}
+
+
+def _seccomp_arch() -> str | None:
+    import platform
+
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return machine if sys.platform.startswith("linux") and machine in _ARCHES else None
+
+
+@functools.lru_cache(maxsize=1)
+def seccomp_available() -> str | None:
+    """None where the filter can be installed here, else why not."""
+    arch = _seccomp_arch()
+    if arch is None:
+        import platform
+
+        return f"no filter written for {platform.machine() or 'this machine'}"
+    if _libc().prctl(_PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
+        return "the kernel has no seccomp"
+    return None
+
+
+def seccomp_description() -> str:
+    """The filter's part of the report's confinement line."""
+    why = seccomp_available()
+    if why is not None:
+        return f"seccomp filter unavailable ({why}): UDP, unix sockets and chmod/chown/utime/xattr NOT confined"
+    sockets = "no sockets but socketpair" if REFUSE_UNIX_SOCKETS else "no sockets but unix ones and socketpair"
+    return f"seccomp ({sockets}, no io_uring, no chmod/chown/utime/xattr)"
+
+
+def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
+    """The filter: (code, jt, jf, k) instructions. Each test falls through to its own return, or
+    skips it (jf=1): no jump targets to compute."""
+    audit, socket_nr, no_ops, uring = _ARCHES[arch]
+    prog = [(_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+            (_JEQ, 1, 0, audit), (_RET, 0, 0, _RET_ERRNO | _ENOSYS),  # another ABI (int 0x80): nothing
+            (_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
+    if arch == "x86_64":
+        prog += [(_JGE, 0, 1, _X32_BIT), (_RET, 0, 0, _RET_ERRNO | _ENOSYS)]
+    for nr in no_ops:  # errno 0: the call returns 0 and is never run (refusing it would break ld, caches)
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | 0)]
+    for nr in uring:
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _ENOSYS)]
+    if sockets:
+        prog += [(_JEQ, 1, 0, socket_nr), (_RET, 0, 0, _RET_ALLOW),
+                 (_LD_W_ABS, 0, 0, 16)]  # args[0], the family (an int: its low word, little-endian)
+        if not REFUSE_UNIX_SOCKETS:
+            prog += [(_JEQ, 0, 1, _AF_UNIX), (_RET, 0, 0, _RET_ALLOW)]
+        prog += [(_RET, 0, 0, _RET_ERRNO | _EACCES)]
+    else:
+        prog += [(_RET, 0, 0, _RET_ALLOW)]
+    return prog
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_filter(sockets: bool = True) -> bool:
+    """Install the filter on the calling thread (and all it starts), after PR_SET_NO_NEW_PRIVS;
+    ``sockets`` False leaves socket() alone. False where this machine has none (the report says
+    so: ``seccomp_description``); ConfinementError where the kernel refuses it."""
+    arch = _seccomp_arch()
+    if arch is None or seccomp_available() is not None:
+        return False
+    prog = _program(arch, sockets)
+    insns = (_SockFilter * len(prog))(*(_SockFilter(*i) for i in prog))
+    fprog = _SockFprog(len(prog), ctypes.cast(insns, ctypes.POINTER(_SockFilter)))
+    libc = _libc()
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    return True
+
+
+def empty_mounts() -> None:
+    """In a mount namespace of its own (before Landlock, which forbids mounting): empty tmpfs over
+    ``_EMPTY_MOUNTS``. Best effort: where it fails the Landlock rules still hide /dev/shm, and the
+    filter refuses the sockets of /run."""
+    libc = _libc()
+    for where in _EMPTY_MOUNTS:
+        if os.path.isdir(where) and not os.path.islink(where):
+            libc.mount(b"tmpfs", where.encode(), b"tmpfs", ctypes.c_ulong(2 | 4 | 8), b"mode=755,size=1m")
 
 
 # --------------------------------------------------------------------------- the supervisor
@@ -338,6 +528,8 @@ def enter(policy_json: str, supervised: bool = True) -> None:
     try:
         if supervised and os.getpid() != 1:
             supervise()
+        if os.getpid() == 1:  # pid 1 of a pid namespace, in a mount namespace of its own (unshare --mount-proc)
+            empty_mounts()
         if os.geteuid() == 0:
             drop_capabilities()
         restrict(Policy.from_json(policy_json))

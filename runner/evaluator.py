@@ -20,7 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -150,10 +150,62 @@ class Outcome:
         return Outcome(
             solution_hash=d["solution_hash"], status=d["status"], results=results,
             environment=d.get("environment", {}), log=d.get("log", ""),
-            build_seconds=d.get("build_seconds", 0.0), wall_seconds=d.get("wall_seconds", 0.0),
-            phases=d.get("phases", {}), timeline=d.get("timeline"), timestamp=d.get("timestamp", ""),
+            build_seconds=seconds(d.get("build_seconds")), wall_seconds=seconds(d.get("wall_seconds")),
+            phases=clean_phases(d.get("phases")), timeline=clean_timeline(d.get("timeline"))[0],
+            timestamp=d.get("timestamp", ""),
             warnings=tuple(d.get("warnings") or ()), torch_ops=tuple(d.get("torch_ops") or ()),
         )
+
+
+PHASES = ("launch", "startup", "calibrate", "verify", "save", "time", "timeline", "teardown", "judge", "judge_during")
+"""The stages an Outcome's ``phases`` may name (the child's, runner/sandbox.py's and the judge's)."""
+
+
+def seconds(value: Any) -> float:
+    """A duration the candidate's process reported (or a journal kept): a finite, non-negative float,
+    else 0.0. Diagnostics only, but the report adds them up."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    v = float(value)
+    return v if math.isfinite(v) and v >= 0 else 0.0
+
+
+def clean_phases(raw: Any) -> dict[str, float]:
+    """Only the known stages, each a finite non-negative number of seconds: the child's ``phases`` is
+    a dict its candidate can reach (a frame's locals) and fill with anything."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {k: seconds(raw[k]) for k in PHASES if k in raw}
+
+
+def clean_timeline(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """A launch timeline with exactly runner.evidence.Timeline's fields, each of its type (or the
+    child's ``{'error': text}``), and None otherwise with the reason: the profiler builds a Timeline
+    from it, and the child's dict is the candidate's to rewrite."""
+    if raw is None:
+        return None, None
+    if isinstance(raw, Mapping) and set(raw) == {"error"}:
+        return {"error": str(raw["error"])[:4000]}, None
+    from .evidence import Timeline
+
+    kinds = {f.name: str(f.type) for f in fields(Timeline)}
+    required = {f.name for f in fields(Timeline) if f.default is MISSING}
+    if not isinstance(raw, Mapping) or not set(raw) <= set(kinds) or not required <= set(raw):
+        keys = sorted(map(str, raw))[:8] if isinstance(raw, Mapping) else type(raw).__name__
+        return None, f"TIMELINE_DROPPED: the candidate's process returned a timeline with other fields ({keys})"
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        kind = kinds[k]
+        if kind == "float" and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0:
+            out[k] = float(v)
+        elif kind == "int" and type(v) is int and 0 <= v < 2**53:
+            out[k] = v
+        elif kind.startswith("tuple") and isinstance(v, (list, tuple)) and len(v) <= 10_000 \
+                and all(isinstance(x, str) and len(x) <= 1000 for x in v):
+            out[k] = list(v)
+        else:
+            return None, f"TIMELINE_DROPPED: the candidate's process returned a timeline whose {k!r} is not a {kind}"
+    return out, None
 
 
 @dataclass(frozen=True)
@@ -434,7 +486,7 @@ class _OutputJudge:
         self.work, self.tol, self.trials, self.seeds, self.n_checks = work, tol, trials, seeds, 0
         self.wi, self.ref, self.keeper, self.cap, self.offset = wi, ref, keeper, cap, offset
         self.named = list(definition.outputs.items())
-        self.jobs = [(f"w{wi}_t{t}_r{r}.kpt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
+        self.jobs: list[tuple[str, Any, Any, dict[str, Any]]] = [(f"w{wi}_t{t}_r{r}.kpt", ref.trials[wi][t], ref.float64[wi][t] if ref.float64[wi] else None,
                       {"trial": t, "seed": seeds[t], "run": ("NaN-poisoned", "second poison")[r]})
                      for t in range(trials) for r in (0, 1)]
         self.timed = False  # whether the checked timed calls' jobs are known (once their phase ended)
@@ -459,11 +511,19 @@ class _OutputJudge:
                                        "its timing phase over the parent's channel")
             return False
         ref, wi, o = self.ref, self.wi, self.offset
-        self.jobs += [(f"w{wi}_c{j}.kpt", ref.checks[wi][o + j], ref.checks64[wi][o + j] if ref.checks64[wi] else None,
-                       {"timed_call": pos, "digest": phase.digests.get(pos),  # type: ignore[dict-item]
-                        "reason_if_wrong": "a timed call, at a position drawn in secret by the parent, returned "
-                        "wrong outputs (work skipped on calls it hoped were unchecked, or a cache keyed on pointers?)"})
-                      for j, pos in enumerate(phase.checks)]
+        secret = {pos: j for j, pos in enumerate(phase.checks)}
+        # The child saved every kept call's outputs in order: the checks against the reference of the
+        # pool seed placed there, the decoys (no reference) against their committed digest only.
+        for f, pos in enumerate(phase.kept or phase.checks):
+            j = secret.get(pos)
+            where: dict[str, Any] = {"timed_call": pos, "digest": phase.digests.get(pos)}
+            if j is None:
+                self.jobs.append((f"w{wi}_c{f}.kpt", None, None, {**where, "decoy": True}))
+                continue
+            self.jobs.append((f"w{wi}_c{f}.kpt", ref.checks[wi][o + j], ref.checks64[wi][o + j] if ref.checks64[wi] else None,
+                              {**where, "reason_if_wrong": "a timed call, at a position drawn in secret by the parent, "
+                               "returned wrong outputs (work skipped on calls it hoped were unchecked, or a cache keyed "
+                               "on pointers?)"}))
         self.n_checks, self.timed = len(phase.checks), True
         return True
 
@@ -519,6 +579,8 @@ class _OutputJudge:
                                "are not what the call had written when it returned (their digest, committed to the "
                                "parent before it said which calls it checks, differs): work done after the call, "
                                "once the candidate knew the call was checked, or on a stream the harness never saw")
+        if where.get("decoy"):
+            return  # kept only so that the answers reveal nothing: no reference to compare with
         got, want, want64 = _placed(self, got, want, want64)
         if where.get("run") == "second poison" and _identical(got, self.previous):
             return  # bit for bit the first run of this trial, which passed: the same verdict, for free
@@ -630,6 +692,7 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
         total = float(t.get("sum_ms", timing.median_ms * timing.n))
     except (KeyError, TypeError, ValueError) as e:
         raise _Verdict("RUNTIME_ERROR", f"malformed timing from the candidate's process: {e}") from None
+    timing = replace(timing, mode=timing_mode(t.get("mode"), keeper.device, keeper.graphs))
     values = (timing.median_ms, timing.p10_ms, timing.p90_ms, total)
     if timing.n < 1 or not all(math.isfinite(v) and v > 0 for v in values) or not (
             timing.p10_ms <= timing.median_ms <= timing.p90_ms):
@@ -639,6 +702,28 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
         raise _Verdict("RUNTIME_ERROR", f"the candidate's process reported {sum(spent_ms):.0f} ms of timed calls "
                        f"in a process that lived {child_seconds * 1e3:.0f} ms: its timer was tampered with")
     return timing
+
+
+def timing_mode(label: Any, device: str, graphs: bool) -> str:
+    """The timing's mode as the parent knows it: from the device and the ``cuda_graphs`` setting, not
+    from the candidate's label. With CUDA graphs the child may say the capture failed and it timed
+    with events (kept, the reason one line of at most 200 characters); any other label it sends is a
+    protocol violation (``TIMING_PROTOCOL``), never shown."""
+    if device != "cuda":
+        allowed: tuple[str, ...] = ("cpu",)
+    elif not graphs:
+        allowed = ("events",)
+    else:
+        allowed = ("cuda_graph",)
+        failed = "events (CUDA graph capture failed: "
+        if isinstance(label, str) and label.startswith(failed) and label.endswith(")"):
+            why = " ".join(label[len(failed):-1].split())[:200]
+            return f"{failed}{why})"
+    if isinstance(label, str) and label in allowed:
+        return label
+    raise _Verdict("RUNTIME_ERROR", f"TIMING_PROTOCOL: the candidate's process labelled its timing "
+                   f"{str(label)[:60]!r}; on {device}{' with CUDA graphs' if graphs else ''} the parent allows "
+                   f"only {' or '.join(repr(a) for a in allowed)}{' or a failed capture' if graphs and device == 'cuda' else ''}")
 
 
 def _judges(definition: Definition, workloads: Sequence[Workload], req: Mapping[str, Any], ref: _Reference,
@@ -757,7 +842,7 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
                        timestamp=_now())
     res = child.result
     build: Mapping[str, Any] = res["build"] if isinstance(res.get("build"), dict) else {"status": "RUNTIME_ERROR"}
-    build_seconds = float(build.get("seconds", 0.0)) if isinstance(build.get("seconds"), (int, float)) else 0.0
+    build_seconds = seconds(build.get("seconds"))
     warnings = child_warnings(build)
     if build.get("status") != "OK":
         bstatus = str(build.get("status"))
@@ -767,7 +852,14 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
                        warnings=warnings)
     results = tuple(child.collected or ())
     failed = next((r for r in results if r.status != "PASSED"), None)
-    phases: Mapping[str, float] = {**(res["phases"] if isinstance(res.get("phases"), dict) else {}), **judged}
+    phases: Mapping[str, float] = {**clean_phases(res.get("phases")), **judged}
+    timeline, dropped = None, None
+    if settings.device == "cuda" and settings.timeline:  # recorded only then (runner/harness.py run)
+        timeline, dropped = clean_timeline(res.get("timeline"))
+    elif res.get("timeline") is not None:
+        dropped = "TIMELINE_DROPPED: the candidate's process returned a timeline nobody asked for"
+    if dropped is not None:
+        warnings = (*warnings, dropped)
     return Outcome(
         solution_hash=h,
         status=failed.status if failed else ("PASSED" if results else "RUNTIME_ERROR"),
@@ -777,21 +869,23 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
         build_seconds=build_seconds,
         wall_seconds=child.seconds,
         phases=phases,
-        timeline=res.get("timeline") if isinstance(res.get("timeline"), dict) else None,
+        timeline=timeline,
         timestamp=_now(),
         warnings=warnings,
-        torch_ops=_torch_ops(res.get("workloads")),
+        torch_ops=_torch_ops(res.get("workloads"), keeper.ops),
     )
 
 
 _OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]{1,120}")
 
 
-def _torch_ops(entries: Any) -> tuple[str, ...]:
-    """The operators every workload's verified calls dispatched, in the child's words: only names of an
-    operator's shape are kept. A candidate that tampers with the harness in its own process could hide
-    some (the static check, runner/screen.py, is the first line; this one sees what its source hides)."""
-    ops: set[str] = set()
+def _torch_ops(entries: Any, announced: Any = ()) -> tuple[str, ...]:
+    """The operators the verified calls dispatched: those the child announced over the parent's channel
+    as each was first seen in a call (``announced``, the parent's own copy: clearing the harness's
+    record afterwards hides nothing), and those its result lists (it can only add to them). Only
+    names of an operator's shape are kept. The static check (runner/screen.py) is the first line;
+    this one sees what its source hides."""
+    ops: set[str] = {o for o in announced if isinstance(o, str) and _OP_NAME.fullmatch(o)}
     for e in entries if isinstance(entries, list) else ():
         got = e.get("torch_ops") if isinstance(e, dict) else None
         ops.update(o for o in (got if isinstance(got, list) else ())[:1000] if isinstance(o, str) and _OP_NAME.fullmatch(o))

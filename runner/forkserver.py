@@ -53,7 +53,7 @@ _FAILED_TO_CONFINE = 70
 def _confine() -> None:
     """Enter new user, network, pid and mount namespaces, then fork: the caller becomes the waiting
     parent (it exits with the child's status) and returns only in the child, pid 1 of the new pid
-    namespace, with /proc mounted for it and set to die with its parent."""
+    namespace, with /proc mounted for it (and empty /run and /dev/shm) and set to die with its parent."""
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS) != 0:
@@ -74,6 +74,7 @@ def _confine() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
         raise OSError(ctypes.get_errno(), "mounting /proc failed")
+    confinement.empty_mounts()  # /run and /dev/shm empty here: no named socket or shared memory of the host
 
 
 def _child(req: Mapping[str, Any], out_fd: int, channel: Sequence[int] = ()) -> None:

@@ -32,21 +32,25 @@ def home_of(schedule: Schedule | None) -> Callable[..., Any]:
 
 
 def interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workload, ...], es: EvalSettings,
-                 home: Callable[..., Outcome]) -> tuple[Outcome, Outcome, Outcome]:
-    """a, b, a again: drift between evaluations (clocks, heat, load) falls on both sides."""
-    first = home(evaluate, target.definition, a, workloads, target.tolerance, es)
-    other = home(evaluate, target.definition, b, workloads, target.tolerance, es)
-    return first, other, home(evaluate, target.definition, a, workloads, target.tolerance, es)
+                 home: Callable[..., Outcome], prefix: str = "kernelpro-interleaved-") -> tuple[Outcome, Outcome, Outcome]:
+    """a, b, a again: drift between evaluations (clocks, heat, load) falls on both sides. Each
+    solution has a Triton cache of its own (``a``'s two runs share one; ``es.cache_dir`` is not
+    used): in one cache ``b`` could plant files (a cuda_utils.so, a slower cubin) that ``a``'s
+    second run loads."""
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}a-") as ca, tempfile.TemporaryDirectory(prefix=f"{prefix}b-") as cb:
+        ea, eb = replace(es, cache_dir=Path(ca)), replace(es, cache_dir=Path(cb))
+        first = home(evaluate, target.definition, a, workloads, target.tolerance, ea)
+        other = home(evaluate, target.definition, b, workloads, target.tolerance, eb)
+        return first, other, home(evaluate, target.definition, a, workloads, target.tolerance, ea)
 
 
 def versus_base(target: Target, head: Candidate, base: Candidate, workloads: tuple[Workload, ...], s: RunSettings,
                 schedule: Schedule | None) -> BaseComparison:
     """The PR's kernel against the base branch's, measured head, base, head after the search."""
     # The search's seeds (their reference outputs are cached) and more timed calls, as in the gate.
-    with tempfile.TemporaryDirectory(prefix="kernelpro-versus-") as cache:
-        es = replace(s.evaluation, reps=max(s.evaluation.reps, 50), cache_dir=Path(cache))
-        return compare_base(*interleaved(target, head.solution, base.solution, workloads, es, home_of(schedule)),
-                            workloads, s.gamma)
+    es = replace(s.evaluation, reps=max(s.evaluation.reps, 50))
+    return compare_base(*interleaved(target, head.solution, base.solution, workloads, es, home_of(schedule),
+                                     "kernelpro-versus-"), workloads, s.gamma)
 
 
 def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Workload, ...],
@@ -56,13 +60,13 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
     (ms per workload uuid), ``guards`` the guard shapes and their notes (runner/guard.py)."""
     # Fresh seeds and more trials than the search used; baseline and candidate re-measured now so
     # drift in clocks or load affects both (and on one GPU, the pool's home, when there are several).
-    # A Triton cache of the gate's own: a candidate of the search could have planted a slower build
-    # of the baseline in the shared one (one planted now is undone by taking the faster baseline).
+    # Triton caches of the gate's own, one per solution (``interleaved``): a candidate of the search
+    # could have planted a slower build of the baseline in the shared one, and the candidate here
+    # must not plant anything the baseline's second run loads.
     home = home_of(schedule)  # every gate step on one GPU
-    with tempfile.TemporaryDirectory(prefix="kernelpro-gate-") as cache:
-        es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
-                     cache_dir=Path(cache))
-        b, c, b2 = interleaved(target, base.solution, cand.solution, workloads, es, home)
+    es = replace(s.evaluation, trials=s.gate_trials, seed=s.evaluation.seed + 7_777, reps=max(s.evaluation.reps, 50),
+                 cache_dir=None)
+    b, c, b2 = interleaved(target, base.solution, cand.solution, workloads, es, home, "kernelpro-gate-")
     if not b.passed or not b2.passed:
         return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {b.status if not b.passed else b2.status}")
     if not c.passed:

@@ -243,20 +243,25 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
     def shown(s: GuardShape) -> dict[str, Any]:
         return {"uuid": s.workload.uuid, "axes": dict(s.workload.axes), "why": s.why}
 
-    with tempfile.TemporaryDirectory(prefix="kernelpro-guard-") as cache:
+    # A Triton cache per solution: the PR's two runs share the PR's, the candidate has its own. In one
+    # shared cache the candidate could plant files (a cuda_utils.so, cubins) that the PR's second run
+    # loads, making the PR's kernel slower so that the candidate passes.
+    with tempfile.TemporaryDirectory(prefix="kernelpro-guard-base-") as base_cache, \
+            tempfile.TemporaryDirectory(prefix="kernelpro-guard-cand-") as cand_cache:
         # One verification trial and one secret check per shape and run: the listed workloads had the
         # full verification in the gate; here the reference is recomputed for each of the three runs
         # (its seed pool is sized for one run when outputs are large), and on the H200 the demo's guard
         # shapes with 3 trials and 5 checks moved ~19 GB of outputs through files per run, which
         # timed the GPU tier out (benchmarks/results-h200-session10).
-        es = replace(es, cache_dir=Path(cache), trials=min(es.trials, 1), checks=min(es.checks, 1))
+        es = replace(es, trials=min(es.trials, 1), checks=min(es.checks, 1))
 
-        def run(sol: Solution) -> Outcome:
-            return home(evaluate, target.definition, sol, [s.workload for s in pending], target.tolerance, es)
+        def run(sol: Solution, cache: str) -> Outcome:
+            return home(evaluate, target.definition, sol, [s.workload for s in pending], target.tolerance,
+                        replace(es, cache_dir=Path(cache)))
 
         # The evaluator stops at a workload's first failure: drop a shape the PR's kernel fails, rerun the rest.
         while pending:
-            b = run(base)
+            b = run(base, base_cache)
             if b.passed:
                 break
             failed = b.results[-1] if b.results else None
@@ -269,7 +274,7 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
             pending.remove(gone)
         if not pending:
             return GuardCheck(True, "passed", (), tuple(skipped))
-        c = run(cand.solution)
+        c = run(cand.solution, cand_cache)
         if not c.passed:
             bad = c.results[-1].uuid if c.results else pending[0].workload.uuid
             s = by_uuid.get(bad, pending[0])
@@ -277,7 +282,7 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
             rows = tuple({**shown(x), "verdict": c.status if x is s else "not reached"} for x in pending)
             return GuardCheck(False, f"{c.status} on guard shape {axes} ({s.why}), a shape the configuration does not "
                               f"list: {c.log[:300]}", rows, tuple(skipped))
-        b2 = run(base)
+        b2 = run(base, base_cache)
     rows_out: list[dict[str, Any]] = []
     slower: list[str] = []
     for s in pending:

@@ -156,7 +156,11 @@ def _is_compile_error(exc: BaseException) -> bool:
 _GUARD: list[Any] = []  # filled at the end of this module: what _check_primitives compares against
 
 
-def _check_primitives(_guard: list[Any] = _GUARD) -> None:
+_CHANNEL: list[Any] = [None]  # the parent's timing channel (runner/timekeeper.py), set by main()
+_BOUND: list[Any] = []  # the same channel object, bound by main() before any candidate code ran
+
+
+def _check_primitives(_guard: list[Any] = _GUARD, _slot: list[Any] = _CHANNEL, _bound: list[Any] = _BOUND) -> None:
     """Refuse a candidate that replaced a timing (or checking) primitive, or any of the harness's own
     names (its captured references ``_perf_counter``, ``_record``, ... rebound through sys.modules or
     a frame's globals), a function's code or defaults, or that left a torch function/dispatch mode or
@@ -171,6 +175,9 @@ def _check_primitives(_guard: list[Any] = _GUARD) -> None:
     except (TypeError, ValueError):
         raise CandidateError("RUNTIME_ERROR", "HARNESS_TAMPERED: the harness's own record of itself was "
                              "changed; a kernel must not touch the harness") from None
+    if _bound and (not _slot or _slot[0] is not _bound[0]):
+        raise CandidateError("RUNTIME_ERROR", "HARNESS_TAMPERED: the candidate replaced the parent's timing channel "
+                             "(_CHANNEL) the harness announces its phases on; a kernel must not touch the harness")
     for owner, name, original in primitives:
         if getattr(owner, name, None) is not original:
             where = getattr(owner, "__name__", type(owner).__name__)
@@ -533,20 +540,29 @@ class _Ops(TorchDispatchMode):
         # imported before the candidate sets its interpreter mode breaks the CPU interpreter.
         return False
 
-    def __init__(self, seen: set[str]) -> None:
+    def __init__(self, seen: set[str], channel: Any = None) -> None:
         super().__init__()
-        self.seen = seen
+        self.seen, self.channel = seen, channel
+        self.sent: set[str] = set()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.seen.add(str(func._schema.name))
+        name = str(func._schema.name)
+        self.seen.add(name)
+        if name not in self.sent:
+            # To the parent as soon as it is seen (once per call): its copy only grows, so a candidate
+            # that clears the harness's record afterwards (through a frame) hides nothing.
+            self.sent.add(name)
+            if self.channel is not None:
+                self.channel.send({"op": name})
         return func(*args, **(kwargs or {}))
 
 
-def _watched(fn: Callable[..., Any], seen: set[str], _Ops: Any = _Ops) -> Callable[..., Any]:
-    """``fn`` with its dispatched operators added to ``seen``; the mode ends before the harness's own
-    checks of the call's outputs (which refuse a mode left active)."""
+def _watched(fn: Callable[..., Any], seen: set[str], _Ops: Any = _Ops, _bound: list[Any] = _BOUND) -> Callable[..., Any]:
+    """``fn`` with its dispatched operators added to ``seen`` and sent to the parent over its channel
+    (bound before the candidate ran); the mode ends before the harness's own checks of the call's
+    outputs (which refuse a mode left active)."""
     def call(*args: Any) -> Any:
-        with _Ops(seen):
+        with _Ops(seen, _bound[0] if _bound else None):
             return fn(*args)
     return call
 
@@ -704,7 +720,6 @@ class _Channel:
         return json.loads(line)
 
 
-_CHANNEL: list[_Channel | None] = [None]
 _INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -836,7 +851,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
           _check_primitives: Callable[[], None] = _check_primitives, _call: Any = _call, _record: Any = _record,
           _elapsed: Any = _elapsed, _synchronize: Any = _synchronize, _perf_counter: Any = _perf_counter,
           _Event: Any = _Event, _sync: Any = _sync, _snapshot: Any = _snapshot,
-          _summary: Any = _summary, _refill: Any = _refill, _make_inputs: Any = _make_inputs) -> dict[str, Any]:
+          _summary: Any = _summary, _refill: Any = _refill, _make_inputs: Any = _make_inputs,
+          _bound: list[Any] = _BOUND) -> dict[str, Any]:
     """Median of per-call times (each call, or with ``timing.graphs`` each CUDA graph replay of it).
 
     Inputs rotate among buffer sets re-randomised in place before every call (same pointers, new
@@ -849,7 +865,9 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     ``kind='cal'``: the same loop around the harness's own null call, before the candidate exists."""
     t = req["timing"]
     definition = req["definition"]
-    channel = _CHANNEL[0] if checks is not None else None
+    # The channel main() bound before any candidate code ran, never what _CHANNEL holds now (a
+    # candidate could put a proxy there; _check_primitives refuses that by name).
+    channel = _bound[0] if checks is not None and _bound else None
     n_sets = max(1, t["rotate"])
     hold_us = max(0.0, min(float(t.get("hold_us", 0.0)), 10_000.0))
     ring = 2 * n_sets  # room for the parent's answers to lag the calls without stalling them
@@ -1143,7 +1161,7 @@ def run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
         result["build"] = {"status": "OK", "log": "", "seconds": 0.0}
         phases["verify"] = _perf_counter() - t0
         return result
-    if mode == "evaluate" and _CHANNEL[0] is not None:
+    if mode == "evaluate" and _BOUND:
         # Before the candidate is imported: what the harness's own timing loop costs, seen by the
         # parent's clock, so it can tell that cost from work a candidate hid outside its timed calls.
         t1 = _perf_counter()
@@ -1249,6 +1267,7 @@ def main(argv: list[str]) -> int:
     if fds:  # the parent's timing channel (runner/timekeeper.py): two inherited pipe ends
         r, w = (int(x) for x in fds.split(","))
         _CHANNEL[0] = _Channel(r, w)
+        _BOUND[:] = [_CHANNEL[0]]
     standby = None
     if req.get("mode") == "standby":
         taken, standby = _standby(req, request_path.parent)

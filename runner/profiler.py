@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -18,9 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from . import confinement
 from .evaluator import EvalSettings, _request
 from .evidence import KernelProfile, Profile, SassStats, Timeline
-from .sandbox import run_child
+from .sandbox import read_capped, run_child
 from .standby import NcuStandby, imports_of
 from .target import Tolerance
 from .trace import Definition, Solution, Workload
@@ -63,22 +63,79 @@ def merge_cache(src: Path, dst: Path) -> int:
     while Liger's never did (benchmarks/results-h200-session5/); fla's import asks Triton's driver
     about the GPU, which builds and loads ``cuda_utils.so`` from the standby's cache, and
     ``shutil.copytree`` then rewrote that loaded library in place with the evaluation's copy. Each
-    new file therefore arrives whole under a temporary name and is renamed into place. Symbolic
-    links are not followed: ``src`` was written by the candidate's own child, and a link there must
-    not copy a file of the runner's into a directory the next child reads."""
+    new file therefore arrives whole under a temporary name and is renamed into place. No link is
+    followed, on either side: ``src`` was written by the candidate's own child, and ``dst`` is
+    written by the live standby child (a link there, to ~/.ssh say, must not turn this copy into a
+    write of the runner's files); a file of ``src`` that is not regular, or too large, is left out."""
     copied = 0
     for root, _dirs, files in os.walk(src):  # followlinks=False: a linked folder is not entered
-        for name in sorted(files):
-            path = Path(root, name)
-            target = dst / path.relative_to(src)
-            if path.is_symlink() or not path.is_file() or target.exists():
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{name}.{os.getpid()}.part")
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, target)
-            copied += 1
+        rel = Path(root).relative_to(src).parts
+        into: int | None = None
+        try:
+            for name in sorted(files):
+                try:
+                    data = read_capped(Path(root, name), _CACHE_FILE_CAP)
+                    if into is None:
+                        into = _open_dirs(dst, rel)
+                except OSError:
+                    continue  # a link, a FIFO, too large, gone; or a folder of dst that is a link
+                if _exists(name, into):
+                    continue  # there already (whatever it is)
+                part = f".{name}.{os.getpid()}.part"
+                try:
+                    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                                 dir_fd=into)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                    os.replace(part, name, src_dir_fd=into, dst_dir_fd=into)
+                except OSError:
+                    continue
+                copied += 1
+        finally:
+            if into is not None:
+                os.close(into)
     return copied
+
+
+_CACHE_FILE_CAP = 256 << 20
+"""The largest file of a candidate's Triton cache copied (cubins and launchers are megabytes)."""
+_LOG_CAP = 64 << 20
+"""The most of ncu's log read back."""
+
+
+def _exists(name: str, folder: int) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _open_dirs(top: Path, parts: Sequence[str]) -> int:
+    """An fd of ``top``/``parts``, each folder made where missing, none entered through a link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(top, flags)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_log(path: Path) -> str:
+    """A log file a child's layer wrote (ncu's): '' where absent; never through a link, regular
+    files only, at most ``_LOG_CAP`` bytes (runner/sandbox.read_capped). Raises OSError on a refusal,
+    which is that candidate's failure."""
+    try:
+        return bytes(read_capped(path, _LOG_CAP)).decode(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
@@ -92,6 +149,9 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kernelpro-ncu-") as tmp:
+        # ncu's log folder: written by ncu's layer alone, never by the harness and candidate below it
+        # (one swapped the log for a link to an SSH key, which was read back into the profile).
+        confinement.tool_only(tmp)
 
         def attempt(isolate: bool) -> tuple[Any, list, str]:
             taken = standby.take(req) if standby is not None and isolate else None
@@ -113,7 +173,10 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                                   writable=[Path(tmp)])
                 seconds = child.seconds
             _child_stages(stages, "ncu", seconds, child.result)
-            text = out.read_text(errors="replace") if out.is_file() else ""
+            try:
+                text = read_log(out)
+            except OSError as e:  # a link, a FIFO, a huge file: what the candidate made of it, its failure
+                return replace(child, status="CRASHED"), [], f"ncu's log was refused: {e}"
             return child, (parse_csv(text) if child.status == "OK" else []), text
 
         child, kernels, text = attempt(True)
@@ -134,9 +197,9 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
 def _tail_of(path: Path, chars: int = 300) -> str:
     """The last ``chars`` of a text file, on one line; empty when it is absent."""
     try:
-        return " ".join(path.read_text(errors="replace")[-chars:].split())
-    except OSError:
-        return ""
+        return " ".join(read_log(path)[-chars:].split())
+    except OSError as e:
+        return f"(its log was refused: {e})"
 
 
 def _child_stages(stages: dict[str, float], name: str, seconds: float, result: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -13,6 +14,7 @@ from kernelpro.schema import CurvePoint, Gate, Tolerance
 from kernelpro.templates import environment
 
 from .energy import PLACEMENT
+from .evaluator import seconds
 from .roofline import ReferenceAnalysis
 from .screen import REJECTED
 from .tools import Analysis, bound_finding, render
@@ -165,11 +167,17 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         # Where the time went, summed over search evaluations (the gate's are not included).
         "seconds_by_stage": {
             "child_wall": round(sum(s.outcome.wall_seconds for s in result.evaluated), 2),
-            **{k: round(sum(s.outcome.phases.get(k, 0.0) for s in result.evaluated), 2)
+            # Each value through evaluator.seconds: a journal written before the parent cleaned the
+            # child's phases may hold anything (a string, NaN, a dict), and the report must not crash on it.
+            **{k: round(sum(seconds(_phase(s.outcome.phases, k)) for s in result.evaluated), 2)
                for k in ("launch", "startup", "verify", "save", "time", "teardown", "judge", "judge_during")},
-            "build": round(sum(s.outcome.build_seconds for s in result.evaluated), 2),
+            "build": round(sum(seconds(s.outcome.build_seconds) for s in result.evaluated), 2),
         },
     }
+
+
+def _phase(phases: Any, key: str) -> Any:
+    return phases.get(key) if isinstance(phases, Mapping) else None
 
 
 def _energy_table(result: Result) -> list[dict[str, Any]]:

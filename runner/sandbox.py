@@ -192,7 +192,8 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         if ended.reason == "timeout":
             return ChildResult("TIMEOUT", None, f"killed after {timeout_s:.0f} s\n{log}", seconds, sandbox)
         if ended.reason == "memory":
-            return ChildResult("CRASHED", None, f"killed: its processes held {ended.rss_mb:.0f} MiB of host memory, "
+            return ChildResult("CRASHED", None, f"MEMORY_LIMIT: killed: its processes (with every one descended "
+                               f"from it) held {ended.rss_mb:.0f} MiB of host memory, "
                                f"above the limit of {memory_limit_mb} MiB\n{log}", seconds, sandbox)
         result_file = work / "result.json"
         if proc.returncode != 0 or not result_file.exists():
@@ -341,19 +342,22 @@ def _watch(proc: subprocess.Popen[bytes], deadline: Callable[[], float], memory_
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     reason, rss = "exit", 0.0
+    known: dict[int, str] = {}  # every process seen descended from the child: pid -> its start time
     while proc.poll() is None:
         reaper.check()  # the stop killed it; a forked child's exit may never be reported by the killed server
         if time.perf_counter() > deadline():
             reason = "timeout"
-        elif memory_limit_mb > 0 and (rss := _group_rss_mb(proc.pid)) > memory_limit_mb:
+        elif memory_limit_mb > 0 and (rss := _tree_rss_mb(proc.pid, known)) > memory_limit_mb:
             reason = "memory"
         if reason != "exit":
             _stop(proc)
             break
         time.sleep(0.05)
     proc.wait()
-    # Stray threads or grandchildren of the candidate die with it: nothing of it outlives the call.
+    # Stray threads or grandchildren of the candidate die with it: nothing of it outlives the call,
+    # a helper that left the group (setsid) included, where the watchdog saw it.
     _kill_group(proc)
+    _kill_known(known)
     reader.join(timeout=5)
     return _Ended(reason, tail.decode(errors="replace")[-4000:], rss)
 
@@ -361,13 +365,44 @@ def _watch(proc: subprocess.Popen[bytes], deadline: Callable[[], float], memory_
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _group_rss_mb(pgid: int) -> float:
-    total = 0
-    for _, fields in procstat.stats():
+def _tree_rss_mb(root: int, known: dict[int, str] | None = None) -> float:
+    """Resident memory (shared pages included: the kernel's rss counts anonymous, file and shmem
+    pages, so a MAP_SHARED mapping, which RLIMIT_DATA does not count, is in it) of every process
+    descended from ``root`` through its parent pids, whatever its process group or session (a helper
+    that called setsid is still a child), plus those in ``root``'s group. ``known`` (pid -> start
+    time) keeps every descendant seen in an earlier sample: one orphaned since (reparented outside
+    the tree) is still counted while it lives. One pass over /proc."""
+    known = {} if known is None else known
+    rows: dict[int, tuple[int, int, str, int]] = {}  # pid -> (ppid, pgid, start time, rss pages)
+    for pid, fields in procstat.stats():
         with contextlib.suppress(ValueError, IndexError):
-            if int(fields[2]) == pgid:
-                total += int(fields[21]) * _PAGE  # rss, in pages
-    return total / 2**20
+            rows[pid] = (int(fields[1]), int(fields[2]), fields[19], int(fields[21]))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _, _) in rows.items():
+        children.setdefault(ppid, []).append(pid)
+    mine = {pid for pid, row in rows.items() if row[1] == root or pid == root}
+    mine |= {pid for pid, start in known.items() if pid in rows and rows[pid][2] == start}
+    todo = list(mine)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in mine:
+                mine.add(c)
+                todo.append(c)
+    for pid in mine:
+        known[pid] = rows[pid][2]
+    return sum(rows[pid][3] for pid in mine) * _PAGE / 2**20
+
+
+def _kill_known(known: Mapping[int, str]) -> None:
+    """SIGKILL each process the watchdog saw descended from the child, if it is still that process
+    (same start time): one that left the child's group is not reached by killing the group."""
+    if not known:
+        return
+    alive = {pid: fields[19] for pid, fields in procstat.stats() if pid in known and len(fields) > 19}
+    for pid, start in alive.items():
+        if start == known[pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -68,7 +68,14 @@ _DENIED_CALLS = frozenset({"__import__", "eval", "exec", "compile", "open", "glo
 _INTERNALS = frozenset({"__builtins__", "__globals__", "__subclasses__", "__code__", "__closure__", "__dict__",
                         "__class__", "__bases__", "__base__", "__mro__", "__getattribute__", "__getattr__", "__import__",
                         "__loader__", "__spec__", "__self__", "__func__", "__reduce__", "__reduce_ex__", "__setattr__",
-                        "__delattr__", "__module__", "__defaults__", "__kwdefaults__", "__wrapped__"})
+                        "__delattr__", "__module__", "__defaults__", "__kwdefaults__", "__wrapped__",
+                        # frames, tracebacks, generators and coroutines: from a frame, the caller's
+                        # locals (the harness's own records), its globals and builtins
+                        "__traceback__", "tb_frame", "tb_next", "f_back", "f_locals", "f_globals", "f_builtins",
+                        "f_code", "f_trace", "f_lasti", "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code",
+                        "cr_await", "cr_origin", "ag_frame", "ag_code", "ag_await", "co_consts", "co_names",
+                        "_getframe", "currentframe", "getinnerframes", "getouterframes",
+                        "walk_stack", "walk_tb", "extract_stack", "get_referrers", "get_referents"})
 # torch functions that allocate, describe or move memory: any host code may call them.
 _NEUTRAL_TORCH = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
                             "full_like", "arange", "tensor", "as_tensor", "as_strided", "device", "dtype", "Size",

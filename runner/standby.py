@@ -22,7 +22,9 @@ memory, never with a multi-GPU pool, and none is left when the gate computes its
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -64,9 +66,13 @@ class NcuStandby:
                  heartbeat_s: float = 30.0, isolate: bool = True) -> None:
         """``ncu``: the ncu to run under; ``timeout_s`` limits the profile once its request is given,
         ``wait_s`` the wait for one."""
+        from . import confinement
         from .evidence.ncu import raw_csv_wrapper
 
         self.dir = Path(tempfile.mkdtemp(prefix="kernelpro-standby-"))
+        # Written by ncu's layer only (its log, read back by the profiler): the child may write its
+        # cache below it, never the log (runner/confinement.tool_only).
+        confinement.tool_only(self.dir)
         self.cache = self.dir / "triton-cache"
         """The child's TRITON_CACHE_DIR: fill it with the candidate's cubins before ``take``."""
         self.cache.mkdir()
@@ -94,11 +100,21 @@ class NcuStandby:
         return (self._given if self._given is not None else self.started + wait_s) + timeout_s
 
     def _beat(self, work: Path) -> None:
-        (work / "alive").touch()
-        if self._request is not None and not (work / "go.json").exists():
+        # ``work`` is the child's own folder, which it may fill with links (to ~/.ssh, say): nothing
+        # here opens a path of it through one, and what is written is made new (O_EXCL).
+        fd = os.open(work / "alive", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+        if self._request is not None and not os.path.lexists(work / "go.json"):
             tmp = work / "go.tmp"
-            tmp.write_text(json.dumps(self._request))
-            tmp.replace(work / "go.json")  # whole or absent: the child never reads half a request
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self._request))
+            os.replace(tmp, work / "go.json")  # whole or absent: the child never reads half a request
 
     def take(self, request: dict[str, Any]) -> tuple[ChildResult, float] | None:
         """Run ``request`` in the standby; its result and the seconds since it was given. None when

@@ -31,7 +31,9 @@ import json
 import math
 import os
 import random
+import re
 import select
+import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -47,6 +49,14 @@ LOOP_FACTOR = 2.0
 FIXED_MS = {"cuda": 25.0, "cpu": 150.0}
 """Milliseconds of wall allowed per phase on top (pipe latency, the final synchronisation, and on
 a shared CPU machine the scheduler)."""
+CALL_SLACK = 1.1
+"""On the CPU, where each call's commit reaches the parent right after the call: the median of the
+parent's own per-call intervals may exceed the claimed median by this factor ..."""
+CALL_MS = 5.0
+"""... plus the loop's calibrated cost (``LOOP_FACTOR`` times) and these milliseconds per call (the
+scheduler, the pipe). With three timed calls a fixed allowance per phase would hide 50 ms a call."""
+_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]{1,120}")
+_MAX_OPS = 1000
 _MAX_LINE = 1 << 20
 
 
@@ -68,9 +78,16 @@ class Phase:
     checks: tuple[int, ...] = ()
     """Positions of the checked calls, in order; the j-th used the j-th pool seed."""
     digests: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    """Digest committed for each checked call, before the parent said it was checked."""
+    """Digest committed for each kept call, before the parent said it was kept."""
     ended: bool = False
     """Whether the end arrived after every call's commit."""
+    kept: tuple[int, ...] = ()
+    """Positions of every call the parent answered 'keep' for, in order: the checks and the decoys
+    (calls with seeds of no reference, kept so that the answers never tell when the last check is
+    past); the child saves their outputs in this order."""
+    calls_ms: tuple[float, ...] = ()
+    """The parent's own clock between consecutive commits (the first from the seeds sent): each
+    call with the harness's loop around it, as the parent saw it."""
 
 
 class Timekeeper:
@@ -80,6 +97,10 @@ class Timekeeper:
     def __init__(self, pools: Sequence[Sequence[int]], device: str, timing: Mapping[str, Any] | None = None) -> None:
         self._pools = [list(p) for p in pools]
         self._device = device
+        self.device = device
+        """The evaluation's device, as the parent set it."""
+        self.graphs = bool((timing or {}).get("graphs"))
+        """Whether the parent asked for CUDA graph replays (EvalSettings.cuda_graphs)."""
         self._reps = _rep_bounds(device, timing) if timing else {}
         self._dice = random.SystemRandom()
         up_r, up_w = os.pipe()  # child -> parent
@@ -100,6 +121,9 @@ class Timekeeper:
         child's timed calls (a judge on the GPU is another CUDA context, which the GPU time-slices
         with the child's)."""
         self._holding = False
+        self.ops: set[str] = set()
+        """Operator names the child announced as its verified calls dispatched them (runner/harness.py
+        ``_Ops``): the parent's own copy, which only grows."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -176,6 +200,13 @@ class Timekeeper:
         if wall > slack * n * median + allow:
             return (f"TIMING_INCONSISTENT: a median of {median:.4f} ms over {n} calls cannot fill the wall: {facts}; "
                     "the work was concentrated in a few calls to move the median")
+        if self._device == "cpu" and p.calls_ms:
+            # Each commit leaves right after its call on the CPU: the parent's own median per call.
+            seen = statistics.median(p.calls_ms)
+            if seen > CALL_SLACK * median + LOOP_FACTOR * cal + CALL_MS:
+                return (f"TIMING_INCONSISTENT: a median of {median:.4f} ms a call, but the parent's clock saw a median "
+                        f"of {seen:.3f} ms between the calls' commits (the harness's own loop costs {cal:.3f} ms a "
+                        "call): the reported times are not the calls' own")
         return None
 
     # ------------------------------------------------------------------ the thread
@@ -251,7 +282,9 @@ class Timekeeper:
             seeds = [self._dice.getrandbits(62) for _ in range(reps)]
             for j, pos in enumerate(checks):
                 seeds[pos] = pool[j]
-            self._open = {"kind": kind, "w": wi, "reps": reps, "checks": checks, "next": 0, "digests": {}}
+            kept = tuple(sorted({*checks, *self._decoys(reps, checks)}))
+            self._open = {"kind": kind, "w": wi, "reps": reps, "checks": checks, "kept": frozenset(kept), "next": 0,
+                          "digests": {}, "stamps": []}
             self._hold()
             self._send({"seeds": seeds})
             self._open["t0"] = time.perf_counter()  # from the seeds on: the child can start no earlier
@@ -263,7 +296,8 @@ class Timekeeper:
             if i != o["next"] or i >= o["reps"]:
                 raise ValueError(f"commit of call {i}, expected {o['next']}")
             o["next"] = i + 1
-            keep = i in o["checks"]
+            o["stamps"].append(now)
+            keep = i in o["kept"]
             if keep:
                 o["digests"][i] = digest
             self._send({"k": [i, int(keep)]})
@@ -274,13 +308,32 @@ class Timekeeper:
             if o["next"] != o["reps"]:
                 raise ValueError(f"the phase ended after {o['next']} of {o['reps']} commits")
             claimed = value if isinstance(value, dict) else {}
-            phase = Phase(o["kind"], o["w"], o["reps"], now - o["t0"], claimed, o["checks"], dict(o["digests"]), True)
+            stamps = [o["t0"], *o["stamps"]]
+            calls = tuple((b - a) * 1e3 for a, b in zip(stamps, stamps[1:], strict=False))
+            phase = Phase(o["kind"], o["w"], o["reps"], now - o["t0"], claimed, o["checks"], dict(o["digests"]), True,
+                          tuple(sorted(o["kept"])), calls)
             with self._lock:
                 self._phases.append(phase)
             self._open = None
             self._let_go()
+        elif key == "op":  # any time: an operator a verified call dispatched (runner/harness.py _Ops)
+            if not isinstance(value, str) or not _OP_NAME.fullmatch(value):
+                raise ValueError(f"malformed operator name {str(value)[:80]!r}")
+            if len(self.ops) < _MAX_OPS:
+                self.ops.add(value)
         else:
             raise ValueError(f"unknown message {key!r}")
+
+    def _decoys(self, reps: int, checks: Sequence[int]) -> set[int]:
+        """Calls kept besides the checks, each other call with the same chance: as many as the checks
+        on average, their number and places drawn here. A candidate counting the parent's 'keep'
+        answers can then never tell that the last check is behind it (a kept call may be a decoy)."""
+        rest = reps - len(checks)
+        if not checks or rest <= 0:
+            return set()
+        q = min(1.0, len(checks) / rest)
+        taken = set(checks)
+        return {i for i in range(reps) if i not in taken and self._dice.random() < q}
 
 
 def _rep_bounds(device: str, t: Mapping[str, Any]) -> dict[str, tuple[int, int]]:

@@ -71,12 +71,13 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
           "lazy_output", "lazy_mode", "aten_override", "rebind_harness", "rebind_harness_checks",
-          "precompute"]
+          "precompute", "channel_proxy", "channel_proxy_deep"]
 
 
 def test_every_fixture_is_tested() -> None:
     on_disk = {p.stem for p in FIXTURES.glob("*.py")}
-    tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps", "truncate_outputs"}
+    tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps", "truncate_outputs",
+                            "poison_diagnostics", "hide_ops", "adaptive_skip", "memory_escape"}
     assert on_disk == tested
     assert len(on_disk) >= 12
 
@@ -112,8 +113,13 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         "rebind_harness": "HARNESS_TAMPERED",
         "rebind_harness_checks": "TIMING_INCONSISTENT",  # no in-process check is left: the parent's clock
         "precompute": "TIMING_INCONSISTENT",
+        # the review of issue 17: the log's first word names the cheat
+        "channel_proxy": "HARNESS_TAMPERED",
+        "channel_proxy_deep": "TIMING_INCONSISTENT",
     }.get(name)
     assert why is None or why in log, log[-1500:]
+    if name.startswith("channel_proxy"):
+        assert log.startswith(why), log[:300]
     if why == "TIMING_INCONSISTENT":  # measured again (EvalSettings.timing_retries) and refused again
         assert any(w.startswith("TIMING_RERUN: 1 earlier run") for w in outcome.warnings), outcome.warnings
 
@@ -321,7 +327,7 @@ def test_profiling_stages_split_the_childs_time_by_what_its_harness_reported() -
 
 def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A candidate of the search shares the Triton cache and could plant a slow build of the
-    baseline there; the final gate's three evaluations use a fresh cache, removed afterwards."""
+    baseline there; the final gate's evaluations use fresh caches, removed afterwards."""
     import kernelpro.runner.gate as gate_mod
     import kernelpro.runner.optimize as opt
     from kernelpro.runner.candidate import Candidate
@@ -340,8 +346,9 @@ def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatc
     rs = opt.RunSettings(gate_trials=5, evaluation=settings(tmp_path, cache_dir=shared))
     g = opt._gate(target, base, base, tuple(LOADS), rs)
     assert g.per_workload and g.correctness[0]["trials"] == 5
-    assert len(seen) == 3 and len(set(seen)) == 1 and seen[0] is not None
-    assert seen[0] != shared and not seen[0].exists()
+    # PR, candidate, PR: the PR's two runs share a cache, the candidate builds in one of its own (issue 18).
+    assert len(seen) == 3 and seen[0] == seen[2] != seen[1] and None not in seen
+    assert shared not in seen and not any(c.exists() for c in seen if c is not None)
 
 
 _DRIVER = """
@@ -520,3 +527,113 @@ def test_only_an_inconsistent_timing_is_measured_again_and_the_rerun_is_said(mon
         assert (got.status, len(queue) - len(left)) == (want, runs), (queue, retries)
         notes = [w for w in got.warnings if w.startswith("TIMING_RERUN:")]
         assert len(notes) == (runs > 1) and all(f"{runs - 1} earlier run(s)" in n and "20.7 ms" in n for n in notes)
+
+
+# --------------------------------------------------------------------------- issue 17's review
+
+
+def test_poisoned_diagnostics_never_reach_the_journal_or_the_report(tmp_path: Path) -> None:
+    """Break 1: the child's ``phases``, ``build.seconds`` and ``timeline`` are the candidate's to
+    rewrite; the parent keeps only the known phases as finite seconds, drops a timeline it did not
+    ask for (with a warning naming it), and a journal written before that no longer crashes the report."""
+    import math
+
+    from kernelpro.runner.evaluator import PHASES, clean_timeline
+    from kernelpro.runner.evaluator import seconds as secs
+    from kernelpro.runner.report import _phase
+
+    outcome, expect = judge(tmp_path, "poison_diagnostics")
+    assert outcome.status == expect == "PASSED", outcome.log
+    assert set(outcome.phases) <= set(PHASES) and "evil" not in outcome.phases
+    assert all(type(v) is float and math.isfinite(v) and v >= 0 for v in outcome.phases.values()), outcome.phases
+    assert outcome.phases["startup"] == 0.0 and outcome.build_seconds == 0.0 and outcome.timeline is None
+    assert outcome.warnings and outcome.warnings[-1].startswith("TIMELINE_DROPPED"), outcome.warnings
+    # a journal line of the old evaluator, poisoned: a resume reads it clean
+    old = {**outcome.to_json(), "phases": {"startup": "x", "verify": math.nan, "evil": {"a": 1}, "time": 1.5},
+           "build_seconds": math.inf, "timeline": {"bogus_field": 1, "kernels": []}}
+    back = Outcome.from_json(old)
+    assert back.phases == {"startup": 0.0, "verify": 0.0, "time": 1.5} and back.build_seconds == 0.0
+    assert back.timeline is None
+    # the report's summary adds up whatever an Outcome holds
+    assert sum(secs(_phase(p, "startup")) for p in ({"startup": "x"}, {"startup": 2.0}, None)) == 2.0
+    good = {"wall_us": 10.0, "kernel_launches": 2, "kernel_us": 5.0, "gaps": 0, "gap_us": 0.0,
+            "gap_threshold_us": 5.0, "launch_overhead_pct": 50.0, "avg_launch_ns": 100.0, "syncs": 0,
+            "kernels": ["k"]}
+    assert clean_timeline(good)[0] == good
+    assert clean_timeline({**good, "kernels": [1]})[0] is None
+    assert clean_timeline({**good, "gaps": "1"})[0] is None
+    assert clean_timeline({"error": "boom"})[0] == {"error": "boom"}
+
+
+def test_the_timing_mode_is_the_parents_not_the_childs_label() -> None:
+    """Break 2: the parent sets the mode from the device and the cuda_graphs setting; with graphs
+    the child may say the capture failed; any other label is a protocol violation."""
+    from kernelpro.runner.evaluator import _Verdict, timing_mode
+
+    assert timing_mode("cpu", "cpu", True) == "cpu"
+    assert timing_mode("events", "cuda", False) == "events"
+    assert timing_mode("cuda_graph", "cuda", True) == "cuda_graph"
+    failed = timing_mode("events (CUDA graph capture failed: it\nsynchronised)", "cuda", True)
+    assert failed == "events (CUDA graph capture failed: it synchronised)"
+    for label, device, graphs in (("cuda_graph", "cpu", True), ("cuda_graph (forged label)", "cuda", True),
+                                  ("cuda_graph", "cuda", False), ("events", "cuda", True), (["cpu"], "cpu", False),
+                                  ("events (CUDA graph capture failed: x)", "cuda", False)):
+        with pytest.raises(_Verdict) as e:
+            timing_mode(label, device, graphs)
+        assert e.value.log.startswith("TIMING_PROTOCOL"), e.value.log
+
+
+def test_an_honest_slow_candidate_fits_the_parents_clock_call_by_call(tmp_path: Path) -> None:
+    """The control of channel_proxy_deep: 45 ms of honest work a call passes the per-call check."""
+    src = "import time\nimport torch\n\ndef run(a, b):\n    time.sleep(0.045)\n    return torch.nn.functional.silu(a) * b\n"
+    outcome = evaluate(SWIGLU, candidate("slow", src), LOADS, Tolerance(), settings(tmp_path))
+    assert outcome.passed, outcome.log
+    assert all(r.timing and r.timing.median_ms > 40 for r in outcome.results)
+
+
+def test_clearing_the_record_of_dispatched_operators_hides_nothing(tmp_path: Path) -> None:
+    """Break 5: each operator goes to the parent as soon as a call dispatches it; the parent's copy
+    is what the search's ``delegated`` rule reads."""
+    from kernelpro.runner.screen import delegated
+
+    outcome, expect = judge(tmp_path, "hide_ops")
+    assert outcome.status == expect == "PASSED", outcome.log
+    assert {"aten::exp", "aten::div", "aten::mul"} <= set(outcome.torch_ops), outcome.torch_ops
+    why = delegated(outcome.torch_ops, (), "triton")
+    assert why is not None and "aten::exp" in why
+
+
+def test_counting_the_parents_keep_answers_does_not_tell_when_the_checks_are_over(tmp_path: Path) -> None:
+    """Break 7: the parent keeps decoy calls besides the secret checks, so a candidate that skips its
+    work once it has seen as many 'keep' answers as there are checks skips on a check (it would pass
+    by luck about 2 % of the time: one more evaluation, as the final gate makes, is allowed)."""
+    for attempt in range(3):
+        outcome, expect = judge(tmp_path / str(attempt), "adaptive_skip", reps_cpu=40)
+        if outcome.status == expect:
+            break
+    assert outcome.status == expect, outcome.log[:500]
+    assert '"timed_call"' in outcome.log and "drawn in secret" in outcome.log
+
+
+def test_the_number_of_kept_calls_is_drawn() -> None:
+    from kernelpro.runner.timekeeper import Timekeeper
+
+    keeper = Timekeeper([[1, 2, 3, 4, 5]], "cpu")
+    try:
+        counts = {len(keeper._decoys(40, list(range(5)))) for _ in range(200)}
+        assert len(counts) > 3 and max(counts) > 0 and all(c <= 35 for c in counts)
+        assert keeper._decoys(3, [0, 1, 2]) == set()  # every call checked: nothing to hide among
+    finally:
+        keeper.close()
+
+
+def test_a_helper_that_leaves_the_group_cannot_escape_the_memory_limit(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break 4: a setsid helper filling shared memory is counted (every descendant, shared pages
+    included) and the child is killed by name."""
+    from kernelpro.runner import evaluator
+
+    monkeypatch.setattr(evaluator, "_STARTUP_MB", 1024)  # the watchdog at 1.5 GiB, the helper maps 3
+    outcome, expect = judge(tmp_path, "memory_escape", memory_limit_mb=512)
+    assert outcome.status == expect, outcome.log[:500]
+    assert outcome.log.startswith("MEMORY_LIMIT"), outcome.log[:500]

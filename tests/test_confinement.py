@@ -265,3 +265,142 @@ def test_break1_a_head_config_that_is_a_symlink_is_refused(tmp_path: Path, capsy
     said = capsys.readouterr()
     assert rc != 0 and "symbolic link" in said.err, (rc, said.err[-500:])
     assert CANARY not in said.out + said.err
+
+
+# --------------------------------------------------------------------------- issue 18, second review
+
+
+def test_review1_a_swapped_ncu_log_is_neither_read_nor_fatal(jail: Jail) -> None:
+    r = jail.run("ncu_log_link")
+    for name in ("key", "environ"):
+        got = r[name]
+        assert isinstance(got, dict)
+        if "refused" in got:
+            pytest.skip(f"kernelpro refuses to run candidates for this user here: {got['refused']}")
+        assert "raised" not in got, f"{name}: the profile aborted the run: {got['raised']}"
+        assert not got["leaked"], f"{name}: the file behind the candidate's link reached the profile's notes"
+        assert "SWAPPED /" not in str(got["notes"]), f"{name}: the harness could replace ncu's log: {got['notes']}"
+
+
+def test_review1_2_an_energy_arm_is_confined_and_its_stderr_read_from_our_own_descriptor(jail: Jail) -> None:
+    r = jail.run("energy_arm")
+    if "candidates were not run" in str(r["raised"]):
+        pytest.skip(f"kernelpro refuses to run candidates for this user here: {r['raised']}")
+    assert not r["raised"], r["raised"]
+    assert not r["leaked"], "the arm's stderr.txt, a link to the runner's SSH key, was read into the failure"
+    assert not r["host_got"], f"the arm sent UDP to the host: {r['host_got']}"
+    assert "PROCS" in str(r["said"]), r["said"]  # what it wrote to its stderr is still what we show
+    procs = re.search(r"PROCS (\d+)", str(r["said"]))
+    if procs and str(r["network"]).startswith("isolated"):
+        assert int(procs[1]) <= 3, f"the arm saw {procs[1]} processes: no pid namespace"
+
+
+def test_review2_3_no_udp_or_named_unix_socket_reaches_the_host(jail: Jail) -> None:
+    r = jail.run("sockets")
+    for way in ("namespaces", "namespaces_forked", "fresh", "forked"):
+        got = r[way]
+        assert isinstance(got, dict)
+        assert not _refused(got), got["log"]
+        assert not got["host_got"], f"{way}: a host service got {got['host_got']}: {got['log'][-600:]}"
+        said = re.search(r"RuntimeError: NET (.*)", str(got["log"]))
+        assert said, got["log"]
+        assert "udp sent" not in said[1] and "unix: HELLO" not in said[1], f"{way}: {said[1]}"
+        assert "socketpair x" in said[1], f"{way}: socketpair must stay usable: {said[1]}"
+        assert "seccomp (no sockets but socketpair" in str(got["sandbox"]["confinement"]), got["sandbox"]
+
+
+def test_review4_5_no_chmod_utime_xattr_on_the_runners_files_and_no_dev_shm(jail: Jail) -> None:
+    r = jail.run("metadata")
+    for way in ("namespaces", "forked"):
+        got = r[way]
+        assert isinstance(got, dict)
+        assert not _refused(got), got["log"]
+        assert "META" in str(got["log"]), got["log"]
+        assert not got["changed"], f"{way}: modes or times changed: {got['before']} -> {got['after']}"
+        assert "user.kp" not in got["xattrs"], f"{way}: the candidate set an xattr on the installation"
+        assert not got["shm_read"], f"{way}: the candidate read a file of the runner's user in /dev/shm"
+
+
+def test_the_seccomp_filter_refuses_sockets_and_makes_metadata_calls_no_ops(tmp_path: Path) -> None:
+    from kernelpro.runner import confinement
+
+    if confinement.seccomp_available() is not None:
+        pytest.skip(f"no seccomp filter here: {confinement.seccomp_available()}")
+    f = tmp_path / "f"
+    f.write_text("x")
+    f.chmod(0o644)
+    code = f"""
+import os, socket, sys
+sys.path[:0] = {sys.path!r}
+from kernelpro.runner import confinement
+assert confinement.seccomp_filter()
+said = []
+for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX, socket.AF_NETLINK, socket.AF_PACKET, 40):
+    try:
+        socket.socket(fam, socket.SOCK_DGRAM)
+        said.append(f"{{fam}} open")
+    except OSError as e:
+        said.append(f"{{fam}} {{e.errno}}")
+a, b = socket.socketpair()
+os.chmod({str(f)!r}, 0o777)
+os.utime({str(f)!r}, (0, 0))
+os.chown({str(f)!r}, 12345, 12345)
+print(" ".join(said))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["2", "13", "10", "13", "1", "13", "16", "13", "17", "13", "40", "13"], p.stdout
+    st = f.stat()
+    assert oct(st.st_mode) == "0o100644" and st.st_mtime > 0 and st.st_uid == os.getuid()
+    desc = confinement.available(True).description
+    assert "seccomp (no sockets but socketpair, no io_uring, no chmod/chown/utime/xattr)" in desc
+
+
+def test_the_policy_hides_dev_shm_and_gives_tool_only_folders_to_the_profilers_layer(tmp_path: Path) -> None:
+    from kernelpro.runner import confinement
+
+    work, log = tmp_path / "work", tmp_path / "ncu-log"
+    confinement.tool_only(log)
+    p = confinement.policy([work, log])
+    assert str(work) in p.writable and str(log) not in p.writable and p.tool_writable == (str(log),)
+    assert "/dev" not in p.readable and "/dev/shm" not in p.readable and "/dev/mqueue" not in p.readable
+    assert "/dev/null" in p.readable
+    assert confinement.Policy.from_json(p.to_json()) == p
+
+
+def test_what_a_child_could_touch_is_read_and_written_without_following_its_links(tmp_path: Path) -> None:
+    """ncu's log read back, the profiler's cache merge into a live standby's cache, and the standby's
+    heartbeat: a link a child put there is never followed (the runner's key stays unread and unwritten)."""
+    from kernelpro.runner.profiler import merge_cache, read_log
+    from kernelpro.runner.standby import NcuStandby
+
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("KEY")
+    (tmp_path / "log").symlink_to(secret)
+    with pytest.raises(OSError):
+        read_log(tmp_path / "log")
+    assert read_log(tmp_path / "absent") == ""
+    # The candidate's cache holds a file under "ab"; the standby made "ab" in its own cache a link to ~/.ssh.
+    src, dst, ssh = tmp_path / "src", tmp_path / "dst", tmp_path / "ssh"
+    (src / "ab").mkdir(parents=True)
+    (src / "ab" / "authorized_keys").write_text("ssh-ed25519 ATTACKER")
+    (src / "k.cubin").write_text("cubin")
+    (src / "link.cubin").symlink_to(secret)
+    dst.mkdir()
+    ssh.mkdir()
+    (dst / "ab").symlink_to(ssh)
+    assert merge_cache(src, dst) == 1 and (dst / "k.cubin").read_text() == "cubin"
+    assert not (ssh / "authorized_keys").exists() and not (dst / "link.cubin").exists()
+    # The heartbeat: "alive" and "go.tmp" made links to the runner's files.
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "go.tmp").symlink_to(secret)
+    standby = NcuStandby.__new__(NcuStandby)
+    standby._request = {"mode": "profile"}
+    standby._beat(work)
+    assert secret.read_text() == "KEY" and json.loads((work / "go.json").read_text()) == {"mode": "profile"}
+    (work / "alive").unlink()
+    (work / "alive").symlink_to(tmp_path / "created-through-a-link")
+    with pytest.raises(OSError):
+        standby._beat(work)
+    assert not (tmp_path / "created-through-a-link").exists()

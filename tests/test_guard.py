@@ -7,6 +7,7 @@ setting tuned to the listed sizes does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -262,3 +263,51 @@ def test_the_demo_on_the_gpu_reports_its_guard_shapes(gpu_demo: Path) -> None:
     if target["winner"] is not None:
         assert all(x["verdict"] == "ok" for x in target["winner"]["guards"]["shapes"])
     assert "## Guard shapes" in (out / "report.md").read_text()
+
+
+def test_each_solution_has_a_triton_cache_of_its_own_in_the_guard_the_gate_and_versus_base(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18 review, break 6: in one cache shared by the PR's kernel, the candidate and the PR's
+    second run, the candidate planted a cuda_utils.so that the PR's second run loaded. The PR's two
+    runs may share the PR's cache; a candidate never writes a cache another solution reads."""
+    from dataclasses import replace as dc_replace
+
+    from kernelpro.runner.evaluator import Outcome
+    from kernelpro.runner.gate import interleaved, versus_base
+    from kernelpro.runner.guard import GuardShape
+    from kernelpro.runner.guard import check as check_guards
+    from kernelpro.runner.trace import BuildSpec, Solution
+
+    w = Workload.make(GEMV, {"M": 4, "N": 8})
+    target = Target("t", "python", ("k.py",), "k.py::run", GEMV, (w,))
+    pr, cand = (Solution(n, "gemv", "x", BuildSpec("python", ("cpu",), "k.py::run"), (SourceFile("k.py", n),))
+                for n in ("pr", "cand"))
+    seen: list[tuple[str, Path | None]] = []
+
+    def home(fn: Any, definition: Any, sol: Any, workloads: Any, tolerance: Any, es: EvalSettings) -> Outcome:
+        seen.append((sol.name, es.cache_dir))
+        return Outcome(sol.name, "PASSED", ())
+
+    def caches() -> dict[str, set[Path | None]]:
+        by: dict[str, set[Path | None]] = {}
+        for name, cache in seen:
+            by.setdefault(name, set()).add(cache)
+        return by
+
+    def judge(by: dict[str, set[Path | None]], first: str, second: str) -> None:
+        assert [n for n, _ in seen] == [first, second, first]
+        assert len(by[first]) == 1 and None not in by[first] and None not in by[second], seen
+        assert not by[first] & by[second], f"one Triton cache for both solutions: {seen}"
+
+    shared = EvalSettings(device="cpu", cache_dir=tmp_path / "shared")
+    check_guards(target, pr, Candidate(cand, None, "optimize", ""), [GuardShape(w, "why", 1)], shared, home, 1.0)
+    judge(caches(), "pr", "cand")
+    seen.clear()
+    interleaved(target, pr, cand, (w,), shared, home)
+    judge(caches(), "pr", "cand")
+    seen.clear()
+    settings = dc_replace(RunSettings(), evaluation=shared)
+    monkeypatch.setattr("kernelpro.runner.gate.home_of", lambda schedule: home)
+    with contextlib.suppress(Exception):  # outcomes without results compare to nothing; the caches are what is checked
+        versus_base(target, Candidate(pr, None, "init", ""), Candidate(cand, None, "init", ""), (w,), settings, None)
+    judge(caches(), "pr", "cand")

@@ -85,6 +85,21 @@ def test_reading_the_environment_is_refused(demo: tuple[Target, Solution]) -> No
     (("import torch\n", "import torch\nfrom typing import get_type_hints\n"), "evaluates text"),
     (("BLOCK_SIZE = 64", "BLOCK_SIZE = torch.cuda.jiterator._create_jit_fn('x')"), "private"),
     (("BLOCK_SIZE = 64", "BLOCK_SIZE = torch.utils._python_dispatch.TorchDispatchMode"), "python_dispatch"),
+    # issue 17's review (break 3): frames lead to the harness's own locals (its record of the dispatched
+    # operators, its result) however they are reached: a traceback, a generator, a coroutine
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = 64\n    try:\n        raise ValueError()\n    except ValueError as e:\n"
+      "        tb = e.__traceback__"), "interpreter internal `__traceback__`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(tb.tb_frame)"), "interpreter internal `tb_frame`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(tb.tb_next)"), "interpreter internal `tb_next`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(frame.f_back)"), "interpreter internal `f_back`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(frame.f_locals)"), "interpreter internal `f_locals`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(frame.f_globals)"), "interpreter internal `f_globals`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len(frame.f_builtins)"), "interpreter internal `f_builtins`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = frame.f_code.co_argcount"), "interpreter internal `f_code`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = len((x for x in ()).gi_frame)"), "interpreter internal `gi_frame`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = g.gi_code.co_argcount"), "interpreter internal `gi_code`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = c.cr_frame"), "interpreter internal `cr_frame`"),
+    (("BLOCK_SIZE = 64", "BLOCK_SIZE = a.ag_frame"), "interpreter internal `ag_frame`"),
 ])
 def test_other_escapes_are_refused(demo: tuple[Target, Solution], change: tuple[str, str], expect: str) -> None:
     src = demo[1].sources[0].content

@@ -4,6 +4,7 @@ built through the harness's public arm API; only the arm being measured is awake
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -108,32 +109,17 @@ class ChildRunner:
     """
 
     def __init__(self, requests: Mapping[str, Mapping[str, Any]], timeout_s: float = 300.0) -> None:
-        from .. import confinement
-        from ..environment import child_variables, scrubbed_env
-
         self._procs: dict[str, subprocess.Popen[str]] = {}
         self._graph: dict[str, bool] = {}
         self._dirs: list[tempfile.TemporaryDirectory[str]] = []
         self._work: dict[str, Path] = {}
+        self._err: dict[str, int] = {}
         self.timeout_s = timeout_s
+        self.sandbox: dict[str, str] = {}
+        """How the arms were confined (as a sandboxed child's ``sandbox``): network and confinement."""
         try:
             for arm, req in requests.items():
-                tmp = tempfile.TemporaryDirectory(prefix="kernelpro-energy-")
-                self._dirs.append(tmp)
-                work = Path(tmp.name)
-                (work / "request.json").write_text(json.dumps(req))
-                cache = req.get("cache_dir")
-                extra = child_variables(work, req["device"], Path(cache) if cache else None)
-                # stderr to a file: a chatty candidate must not fill a pipe and block.
-                with (work / "stderr.txt").open("w") as err:
-                    argv = [sys.executable, "-c", _CHILD, str(work / "request.json")]
-                    if confinement.landlock_abi():  # an arm runs a candidate: confined like any other run of it
-                        argv = confinement.command(argv, confinement.policy([work, cache]))
-                    p = subprocess.Popen(argv, cwd=work,
-                                         env=scrubbed_env(extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, text=True, start_new_session=True)
-                self._procs[arm] = p
-                self._work[arm] = work
+                self._start(arm, req)
                 msg = self._reply(arm, timeout_s)
                 if not msg.get("ready"):
                     raise ArmFailed(f"{arm}: {msg.get('error', 'did not start')}")
@@ -142,6 +128,48 @@ class ChildRunner:
         except BaseException:
             self.close()
             raise
+
+    def _start(self, arm: str, req: Mapping[str, Any]) -> None:
+        """An arm runs a candidate: confined like any other run of it (runner/sandbox.py's run_child),
+        in namespaces of its own where the machine gives them (no network, no other process to
+        see), under Landlock and the seccomp filter; refused (SandboxError) where that is not
+        enough and the operator did not opt in."""
+        from .. import confinement
+        from ..environment import child_variables, scrubbed_env
+        from ..sandbox import network_isolation
+
+        device = str(req["device"])
+        prefix, network = network_isolation(device)
+        confined = confinement.required(pid_namespace="-p" in prefix)
+        self.sandbox = {"network": network, "confinement": confined.description}
+        tmp = tempfile.TemporaryDirectory(prefix="kernelpro-energy-")
+        self._dirs.append(tmp)
+        work = Path(tmp.name)
+        self._work[arm] = work
+        (work / "request.json").write_text(json.dumps(req))
+        # A Triton cache of this arm's own (one folder per solution, kept across workloads): what one
+        # arm's candidate writes there is never loaded by another's process.
+        cache = Path(req["cache_dir"]) / hashlib.sha256(arm.encode()).hexdigest()[:16] if req.get("cache_dir") else None
+        extra = child_variables(work, device, cache)
+        # stderr to a file: a chatty candidate must not fill a pipe and block. Read back through this
+        # process's own descriptor, never by its name (the candidate may replace it with a link).
+        err = os.open(work / "stderr.txt", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._err[arm] = err
+        argv = [sys.executable, "-c", _CHILD, str(work / "request.json")]
+        if confined.landlock:
+            argv = confinement.command(argv, confinement.policy([work, cache]))
+        self._procs[arm] = subprocess.Popen([*prefix, *argv], cwd=work, env=scrubbed_env(extra), stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+
+    def _stderr(self, arm: str, chars: int = 1500) -> str:
+        fd = self._err.get(arm)
+        if fd is None:
+            return ""
+        try:
+            size = os.fstat(fd).st_size
+            return os.pread(fd, 4 * chars, max(0, size - 4 * chars)).decode(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def _signal(self, arm: str, sig: int) -> None:
         pid = self._procs[arm].pid
@@ -166,9 +194,7 @@ class ChildRunner:
             self._signal(arm, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
-            err = ""
-            with contextlib.suppress(OSError):
-                err = (self._work[arm] / "stderr.txt").read_text(errors="replace")[-1500:]
+            err = self._stderr(arm)
             raise ArmFailed(f"{arm}: no answer within {timeout_s:.0f} s (exit code {p.poll()}) {err}".strip())
         try:
             return dict(json.loads(line))
@@ -211,6 +237,10 @@ class ChildRunner:
             with contextlib.suppress(Exception):
                 p.communicate(timeout=10)
         self._procs.clear()
+        for fd in self._err.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._err.clear()
         for d in self._dirs:
             with contextlib.suppress(OSError):
                 d.cleanup()

@@ -121,12 +121,23 @@ it catches an arm that skips its work, not one that trims it."""
 
 
 def _paced(measured: Sequence[WorkloadEnergy], baseline_rows: Sequence[Mapping[str, Any]],
-           arms_rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[WorkloadEnergy, ...]:
+           arms_rows: Mapping[str, Sequence[Mapping[str, Any]]], device: str | None = None) -> tuple[WorkloadEnergy, ...]:
     """Each workload's measurement, dropped (with a note naming why) where an arm's pace in its
     energy windows is inconsistent with the median the evaluator verified for it (issue 17): a
-    candidate that detects its energy arm and skips the work there reports no energy at all."""
+    candidate that detects its energy arm and skips the work there reports no energy at all.
+
+    ``device`` is where the evaluator verified those medians (EvalSettings.device), as the parent
+    knows it: CPU timings (the Triton interpreter) pace nothing on a GPU. Without it, a row's
+    ``timing_mode`` decides, which is the parent's own too (runner/evaluator.py ``timing_mode`` sets
+    it from the device and the cuda_graphs setting; the candidate's label is never kept), and only
+    the exact label 'cpu' exempts a row."""
     verified: dict[tuple[str, str], float] = {}
-    gpu = lambda r: str(r.get("timing_mode", "cpu")) != "cpu"  # noqa: E731 - CPU timings pace nothing on a GPU
+
+    def gpu(r: Mapping[str, Any]) -> bool:
+        if device is not None:
+            return device == "cuda"
+        return r.get("timing_mode") != "cpu"
+
     for r in baseline_rows:
         if r.get("baseline_ms") and gpu(r):
             verified[("baseline", r["uuid"])] = float(r["baseline_ms"])
