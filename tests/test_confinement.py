@@ -404,3 +404,23 @@ def test_what_a_child_could_touch_is_read_and_written_without_following_its_link
     with pytest.raises(OSError):
         standby._beat(work)
     assert not (tmp_path / "created-through-a-link").exists()
+
+
+def test_a_gpu_host_keeps_the_confinement_its_gpu_tier_passed_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H200 CUDA's initialisation failed (error 304) under the seccomp filter, the /dev rules and
+    the empty mounts together: with an NVIDIA device present none of them applies unless
+    HARDEN_GPU_HOSTS says so, and the report's line says the filter did not run."""
+    import glob as globmod
+
+    from kernelpro.runner import confinement
+
+    real = globmod.glob
+    monkeypatch.setattr(confinement.glob, "glob",
+                        lambda pat, *a, **k: ["/dev/nvidia0"] if pat.startswith("/dev/nvidia") else real(pat, *a, **k))
+    assert not confinement.hardened()
+    assert "/dev" in confinement.policy([]).readable
+    assert "off on a GPU host" in confinement.seccomp_description()
+    assert confinement.seccomp_filter() is False  # not installed: this test's own process stays unfiltered
+    monkeypatch.setattr(confinement, "HARDEN_GPU_HOSTS", True)
+    assert confinement.hardened() and "/dev" not in confinement.policy([]).readable
+    assert confinement.seccomp_description().startswith(("seccomp (", "seccomp filter unavailable ("))
