@@ -186,11 +186,16 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             if kernels:
                 notes.append("ncu failed inside the sandbox's namespaces and ran without network isolation")
         if not kernels:
-            # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix.
+            # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix. The
+            # harness's own output and how far it got are kept too: on the H200, runs of `kernelpro`
+            # started as `python -c` profiled no kernel while the same runs inside pytest did, and ncu's
+            # words alone ("No kernels were profiled") did not say why (session 15).
             said = f"{child.log}\n{text}"
+            reached = ", ".join(k for k in ("import", "warmup", "profiled") if f"ncu.{k}" in stages) or "nothing"
+            own = f"the profiled child reached: {reached}; its output: {child.log.strip()[-600:] or '(none)'}"
             if child.status == "OK":
-                return [], notes_for(said, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]
-            return [], notes_for(said, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]
+                return [], [*(notes_for(said, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]), own]
+            return [], [*(notes_for(said, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]), own]
         return kernels, notes
 
 

@@ -407,4 +407,6 @@ for a in "$@"; do [ "$prev" = "--log-file" ] && log="$a"; prev="$a"; done
 echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters" > "$log"
 exit 1""")
     kernels, notes = _profile_with_fake_ncu(fake_path, {})
-    assert kernels == [] and len(notes) == 1 and "NVreg_RestrictProfilingToAdminUsers=0" in notes[0]
+    assert kernels == [] and len(notes) == 2 and "NVreg_RestrictProfilingToAdminUsers=0" in notes[0]
+    # ...and how far the profiled child got, with its own output (this fake ncu never started it).
+    assert notes[1] == "the profiled child reached: nothing; its output: exit code 1", notes[1]
