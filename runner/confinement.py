@@ -19,8 +19,8 @@ dependency, works inside or outside namespaces):
 - what Landlock does not cover (``seccomp_filter``, installed after it): no socket of any family
   (UDP to the host's loopback and named unix sockets such as the systemd user manager's are
   otherwise reachable without a network namespace; ``socketpair`` stays), no io_uring (it can open
-  sockets and set extended attributes past the filter), and chmod/chown/utime/xattr calls succeed
-  without doing anything (Landlock checks none of them: a candidate made the installation 0666).
+  sockets and set extended attributes past the filter), chmod/chown/xattr calls succeed
+  without doing anything and utime calls fail (Landlock checks none of them: a candidate made the installation 0666).
 - in its own mount namespace (pid 1 of one), empty tmpfs over ``/run`` and ``/dev/shm``.
 - lifetime: a supervisor (this module's ``main``, or the fork server's child) is a child
   subreaper: what the candidate leaves behind, after ``setsid`` too, is re-parented to it and
@@ -343,7 +343,7 @@ False (the report then says unix sockets remain)."""
 
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_GET_SECCOMP = 22, 2, 21
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
-_EACCES, _ENOSYS = 13, 38
+_EPERM, _EACCES, _ENOSYS = 1, 13, 38
 _AF_UNIX = 1
 _LD_W_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
 _X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers, refused as a whole
@@ -353,15 +353,15 @@ _ARCHES = {
     "x86_64": (0xC000003E, 41,
                (90, 91, 268, 452,  # chmod, fchmod, fchmodat, fchmodat2
                 92, 93, 94, 260,  # chown, fchown, lchown, fchownat
-                132, 235, 280, 261,  # utime, utimes, utimensat, futimesat
                 188, 189, 190, 197, 198, 199, 463, 466),  # set/remove xattr (path, link, fd, at)
-               (425, 426, 427)),
+               (425, 426, 427),
+               (132, 235, 280, 261)),  # utime, utimes, utimensat, futimesat
     "aarch64": (0xC00000B7, 198,
                 (52, 53, 452,  # fchmod, fchmodat, fchmodat2 (no chmod)
                  55, 54,  # fchown, fchownat
-                 88,  # utimensat (no utime, utimes, futimesat)
                  5, 6, 7, 14, 15, 16, 463, 466),
-                (425, 426, 427)),
+                (425, 426, 427),
+                (88,)),  # utimensat (no utime, utimes, futimesat)
 }
 
 
@@ -398,7 +398,7 @@ def seccomp_description() -> str:
 def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
     """The filter: (code, jt, jf, k) instructions. Each test falls through to its own return, or
     skips it (jf=1): no jump targets to compute."""
-    audit, socket_nr, no_ops, uring = _ARCHES[arch]
+    audit, socket_nr, no_ops, uring, times = _ARCHES[arch]
     prog = [(_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
             (_JEQ, 1, 0, audit), (_RET, 0, 0, _RET_ERRNO | _ENOSYS),  # another ABI (int 0x80): nothing
             (_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
@@ -408,6 +408,11 @@ def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
         prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | 0)]
     for nr in uring:
         prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _ENOSYS)]
+    # utime is refused, not made a no-op: Path.touch takes a successful utime for "the file exists"
+    # and never created the torch extension's .built marker (every build ran again); on EPERM it
+    # creates the file as it should.
+    for nr in times:
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _EPERM)]
     if sockets:
         prog += [(_JEQ, 1, 0, socket_nr), (_RET, 0, 0, _RET_ALLOW),
                  (_LD_W_ABS, 0, 0, 16)]  # args[0], the family (an int: its low word, little-endian)
