@@ -155,8 +155,9 @@ def available(pid_namespace: bool) -> Availability:
 
 def required(pid_namespace: bool) -> Availability:
     """What confines the next child; ``environment.SandboxError`` where that is not enough and the
-    operator did not opt in (runner/sandbox.py's check, for children it does not start: energy arms).
-    Every kernelpro module is imported first (``preload``)."""
+    operator did not opt in (every child: the sandbox's and the energy arms'). Every kernelpro module
+    is imported first (``preload``): nothing of the installation is read from disk again after a
+    candidate ran (belt and braces: the installation is read-only to it)."""
     import dataclasses
 
     from .environment import SandboxError

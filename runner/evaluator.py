@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import random
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -28,7 +27,7 @@ from typing import Any
 from . import tensorfile
 from .sandbox import ChildResult, read_capped, run_child
 from .target import Tolerance
-from .timekeeper import Timekeeper, digest_of
+from .timekeeper import OP_NAME, Timekeeper, digest_of
 from .trace import (
     STATUSES,
     Correctness,
@@ -876,19 +875,16 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
     )
 
 
-_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]{1,120}")
-
-
 def _torch_ops(entries: Any, announced: Any = ()) -> tuple[str, ...]:
     """The operators the verified calls dispatched: those the child announced over the parent's channel
     as each was first seen in a call (``announced``, the parent's own copy: clearing the harness's
     record afterwards hides nothing), and those its result lists (it can only add to them). Only
     names of an operator's shape are kept. The static check (runner/screen.py) is the first line;
     this one sees what its source hides."""
-    ops: set[str] = {o for o in announced if isinstance(o, str) and _OP_NAME.fullmatch(o)}
+    ops: set[str] = {o for o in announced if isinstance(o, str) and OP_NAME.fullmatch(o)}
     for e in entries if isinstance(entries, list) else ():
         got = e.get("torch_ops") if isinstance(e, dict) else None
-        ops.update(o for o in (got if isinstance(got, list) else ())[:1000] if isinstance(o, str) and _OP_NAME.fullmatch(o))
+        ops.update(o for o in (got if isinstance(got, list) else ())[:1000] if isinstance(o, str) and OP_NAME.fullmatch(o))
     return tuple(sorted(ops))
 
 

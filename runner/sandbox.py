@@ -135,7 +135,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     operator did not opt in to run unconfined. ``timekeeper`` (runner/timekeeper.py): the child
     inherits its two pipe ends (named in KERNELPRO_CHANNEL) and it reads them while the child runs."""
     prefix, network = network_isolation(device, privileged=privileged) if isolate else ((), f"{NO_ISOLATION}: turned off")
-    confined = _confinement(pid_namespace="-p" in prefix)
+    confined = confinement.required(pid_namespace="-p" in prefix)
     sandbox = {"network": network, "parent": protect_parent(), "confinement": confined.description}
     # The fork server confines a child exactly as the most confined user-namespace variant does.
     forkable = fork and not wrapper and (not prefix or tuple(prefix[1:]) == _VARIANTS_USER[0])
@@ -416,19 +416,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         while proc.poll() is None and time.perf_counter() < end:
             time.sleep(0.01)
     _kill_group(proc)
-
-
-def _confinement(pid_namespace: bool) -> confinement.Availability:
-    """What confines the next child; SandboxError where that is not enough and the operator did
-    not opt in. Every orchestrator module is imported first: nothing of the installation is read
-    from disk again after a candidate ran (belt and braces: the installation is read-only to it)."""
-    confinement.preload()
-    got = confinement.available(pid_namespace)
-    if got.sufficient:
-        return got
-    if not confinement.unconfined_allowed():
-        raise SandboxError(confinement.REFUSAL.format(why=got.description))
-    return dataclasses.replace(got, description=f"UNCONFINED (operator opted in): {got.description}")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -55,7 +55,8 @@ parent's own per-call intervals may exceed the claimed median by this factor ...
 CALL_MS = 5.0
 """... plus the loop's calibrated cost (``LOOP_FACTOR`` times) and these milliseconds per call (the
 scheduler, the pipe). With three timed calls a fixed allowance per phase would hide 50 ms a call."""
-_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]{1,120}")
+OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]{1,120}")
+"""An aten operator's name as the child announces it (``namespace::name.overload``)."""
 _MAX_OPS = 1000
 _MAX_LINE = 1 << 20
 
@@ -96,7 +97,6 @@ class Timekeeper:
 
     def __init__(self, pools: Sequence[Sequence[int]], device: str, timing: Mapping[str, Any] | None = None) -> None:
         self._pools = [list(p) for p in pools]
-        self._device = device
         self.device = device
         """The evaluation's device, as the parent set it."""
         self.graphs = bool((timing or {}).get("graphs"))
@@ -190,8 +190,8 @@ class Timekeeper:
         if not (math.isfinite(median) and math.isfinite(total) and median > 0 and total > 0):
             return f"TIMING_PROTOCOL: a median of {median} ms and a sum of {total} ms are not times"
         wall = p.wall_s * 1e3
-        allow = LOOP_FACTOR * cal * p.reps + FIXED_MS.get(self._device, FIXED_MS["cpu"])
-        slack = MEDIAN_SLACK.get(self._device, MEDIAN_SLACK["cpu"])
+        allow = LOOP_FACTOR * cal * p.reps + FIXED_MS.get(self.device, FIXED_MS["cpu"])
+        slack = MEDIAN_SLACK.get(self.device, MEDIAN_SLACK["cpu"])
         facts = (f"the parent's clock saw {wall:.1f} ms for {p.reps} calls; the harness's own loop costs "
                  f"{cal:.3f} ms a call (allowed {allow:.1f} ms in all)")
         if wall > SUM_SLACK * total + allow:
@@ -200,7 +200,7 @@ class Timekeeper:
         if wall > slack * n * median + allow:
             return (f"TIMING_INCONSISTENT: a median of {median:.4f} ms over {n} calls cannot fill the wall: {facts}; "
                     "the work was concentrated in a few calls to move the median")
-        if self._device == "cpu" and p.calls_ms:
+        if self.device == "cpu" and p.calls_ms:
             # Each commit leaves right after its call on the CPU: the parent's own median per call.
             seen = statistics.median(p.calls_ms)
             if seen > CALL_SLACK * median + LOOP_FACTOR * cal + CALL_MS:
@@ -317,7 +317,7 @@ class Timekeeper:
             self._open = None
             self._let_go()
         elif key == "op":  # any time: an operator a verified call dispatched (runner/harness.py _Ops)
-            if not isinstance(value, str) or not _OP_NAME.fullmatch(value):
+            if not isinstance(value, str) or not OP_NAME.fullmatch(value):
                 raise ValueError(f"malformed operator name {str(value)[:80]!r}")
             if len(self.ops) < _MAX_OPS:
                 self.ops.add(value)
