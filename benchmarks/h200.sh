@@ -43,6 +43,9 @@
 #             published through kernelpro optimize, issues 19, 22 and 23's tables
 #   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
 #                    the GPU waiting that many microseconds before each timed call); confine: confinement cost on the GPU (issue 18)
+#   harden ~3: benchmarks/harden_probe.py, which part of the hardened confinement stops CUDA (issue 18)
+#   ncu-cli ~2: `kernelpro demo --budget 1` started as `python3 -c`, its baseline's profile (issue 23)
+#   bg:STEP  runs STEP in the background beside the next steps (e.g. `bg:harden bg:ncu-cli tier-par`)
 #   overhead16, overhead16-cold: 16 evaluations of the demo with and without the warm server (issue 22)
 #   order ~2, order-dyt ~2: benchmarks/order.py (head, base, head, ... of a replay); nvml ~1: the A/A test
 set -uo pipefail
@@ -127,6 +130,12 @@ step() {  # one step; its files under $base/$1
       # shellcheck disable=SC2086
       timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
+    harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
+    ncu-cli)  # issue 23: kernelpro started as `python3 -c` (as benchmarks/upstream.py starts it) profiling its baseline
+      timeout 300 python3 -c 'import sys; from kernelpro.cli import main; sys.exit(main(sys.argv[1:]))' \
+        demo --budget 1 --out "$out/demo"; echo "demo exit $?"
+      find "$out/demo" -name profiles.jsonl -exec cp {} "$out/" \; -quit
+      find "$out/demo" -name report.md -exec grep -h -i -E -A3 "stage 1|ncu|no kernel|reached" {} + | head -60 ;;
     integrity) KERNELPRO_ARTIFACTS="$out" timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu.py" -k "adversarial or (forged_timings and events)" ;;
     aa-hold20|aa-hold50|aa-hold100)  # issue 17: the A/A with the GPU's timed wait before each call (EvalSettings.hold_us)
@@ -153,5 +162,16 @@ if [ "$1" = par ]; then
   wait
   for ((g = 0; g < gpu; g++)); do echo "##### GPU $g"; tail -c 5000 "$base/gpu$g.log"; done
 else
-  for s in "$@"; do step "$s" 2>&1 | tee "$base/$s.log"; done
+  # bg:STEP runs STEP beside the steps after it (work that times nothing, beside tier-par); its log at the end.
+  bgs=()
+  for s in "$@"; do
+    if [ "${s#bg:}" != "$s" ]; then
+      s=${s#bg:}; bgs+=("$s"); step "$s" > "$base/$s.log" 2>&1 &
+      sleep 2
+    else
+      step "$s" 2>&1 | tee "$base/$s.log"
+    fi
+  done
+  wait
+  for s in "${bgs[@]}"; do echo "##### $s (beside)"; tail -c 6000 "$base/$s.log"; done
 fi
