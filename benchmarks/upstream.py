@@ -344,7 +344,7 @@ def summarize(result: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -
         "knobs": knobs, "gates": [{"passed": g.get("passed"), "reason": g.get("reason")} for g in gates],
         "guards": [{"axes": s.get("axes"), "speedup": s.get("speedup"), "verdict": s.get("verdict")}
                    for s in guards.get("shapes", [])],
-        "seconds_per_eval": walls, "spawn": _spawns(entries),
+        "seconds_per_eval": walls, "spawn": _spawns(entries), "failures": _failures(entries),
         "stage1": {"ideal": stage1.get("theory"), "current": current.get("bound") if current else stage1.get("measured"),
                    "bottleneck": stage1.get("bottleneck"), "note": stage1.get("note"),
                    "evidence": current.get("note") if current else None},
@@ -352,6 +352,22 @@ def summarize(result: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -
                      for f in findings[:3]],
         "profile_seconds": result.get("profile_seconds"),
     }
+
+
+def _failures(entries: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per status other than PASSED: how many, and the first such evaluation's log tail and spawn path
+    (session 15's table said "no gain" for Liger rows whose candidates had all failed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        o = e["outcome"]
+        status = str(o.get("status"))
+        if status == "PASSED":
+            continue
+        first = out.setdefault(status, {"count": 0, "index": e.get("index"),
+                                        "spawn": ((o.get("environment") or {}).get("sandbox") or {}).get("spawn"),
+                                        "log_tail": str(o.get("log") or "")[-1200:]})
+        first["count"] += 1
+    return out
 
 
 def _spawns(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -409,10 +425,16 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
             outcome = f"verified: {r.get('winner_note')}"
         elif r.get("gates"):
             outcome = f"no verified gain: {r['gates'][0]['reason']}; {r.get('stop_reason')}"
+        failed = r.get("failures") or {}
+        if failed:
+            first = next(iter(failed.values()))
+            why = " ".join(first["log_tail"].strip().splitlines()[-1:])[:160]
+            counts = ", ".join(f"{v['count']} {k}" for k, v in failed.items())
+            outcome = f"{counts} (first: {why}); {outcome}"
         out.append(f"| {r['name']} | {r['rc']} | {r.get('evaluations', '-')} | {', '.join(r.get('knobs', [])) or 'none'} "
                    f"| {_f(r.get('baseline_ms'))} | {_f(r.get('winner_ms'))} | {_f(r.get('speedup'), '.2f')} "
                    f"| {_f(r.get('pct_floor_before'), '.1f')} -> {_f(r.get('pct_floor_after'), '.1f')} | {guards} "
-                   f"| {outcome[:160]} | {r['wall_s']} |")
+                   f"| {outcome[:400]} | {r['wall_s']} |")
     out += ["", "### Issue 22: cost per evaluation (journal `wall_seconds`)", "",
             "| kernel | server | evaluations | median s/eval | min..max s | candidates/min | wall s (start to report) |",
             "|---|---|---|---|---|---|---|"]
@@ -480,6 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             say(f"{label}: rc {row['rc']}, {row['wall_s']} s, {row.get('evaluations')} evaluations, "
                 f"speedup {row.get('speedup')}, stop {row.get('stop_reason')!r}")
+            for status, f in (row.get("failures") or {}).items():
+                say(f"{label}: {f['count']} {status}, the first (evaluation {f['index']}, {f['spawn']}):\n{f['log_tail']}")
             (out / "upstream.json").write_text(json.dumps(rows, indent=1))
     text = tables(rows)
     (out / "upstream.md").write_text(text + "\n")
