@@ -44,6 +44,8 @@
 #   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
 #                    the GPU waiting that many microseconds before each timed call); confine: confinement cost on the GPU (issue 18)
 #   harden ~3: benchmarks/harden_probe.py, which part of the hardened confinement stops CUDA (issue 18)
+#   harden-on ~4: harden's pick turned on in the installed copy: GPU confinement tests, ncu, the demo under it
+#   tier-par-k: part par, only the tests KP_K selects (KP_PART_TIMEOUT, default 300 s)
 #   ncu-cli ~2: `kernelpro demo --budget 1` started as `python3 -c`, its baseline's profile (issue 23)
 #   bg:STEP  runs STEP in the background beside the next steps (e.g. `bg:harden bg:ncu-cli tier-par`)
 #   overhead16, overhead16-cold: 16 evaluations of the demo with and without the warm server (issue 22)
@@ -131,6 +133,26 @@ step() {  # one step; its files under $base/$1
       timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
+    harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) on in the installed copy, then
+      # the GPU confinement tests, ncu profiling and `kernelpro demo --budget 2` under it; the copy is put back after
+      read -r unix connect < <(python3 -c "import json; p = json.load(open('$base/harden/harden.json')).get('pick_parts') or {}; \
+print(p.get('unix', 'none'), bool(p.get('connect')))")
+      echo "hardening on: UNIX_SOCKETS=$unix REFUSE_CONNECT=$connect"
+      [ "$unix" != none ] || { echo "no variant ran CUDA: nothing to turn on"; return 1; }
+      f=/tmp/site/kernelpro/runner/confinement.py
+      cp "$f" "$f.orig"
+      sed -i -e 's/^HARDEN_GPU_HOSTS = False/HARDEN_GPU_HOSTS = True/' -e "s/^UNIX_SOCKETS = \"refuse\"/UNIX_SOCKETS = \"$unix\"/" \
+        -e "s/^REFUSE_CONNECT = False/REFUSE_CONNECT = $connect/" "$f"
+      grep -E "^(HARDEN_GPU_HOSTS|UNIX_SOCKETS|REFUSE_CONNECT) =" "$f"
+      python3 -m compileall -q "$f"
+      KERNELPRO_ARTIFACTS="$out" timeout 260 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
+        "$repo/tests/test_gpu_confinement.py" "$repo/tests/test_gpu.py" -k "confine or ncu or profiling_one_candidate"
+      timeout 200 python3 -c 'import sys; from kernelpro.cli import main; sys.exit(main(sys.argv[1:]))' \
+        demo --budget 2 --out "$out/demo"; echo "demo exit $?"
+      find "$out/demo" -name report.md -exec grep -h -i -E "confine|seccomp|verified|not collected|this kernel as written" {} + | head -20
+      cp "$f.orig" "$f"; python3 -m compileall -q "$f" ;;
+    tier-par-k)  # part par of the tier, only the tests KP_K selects (pytest -k)
+      OUT="$out" KERNELPRO_SITE_READY=1 KERNELPRO_PART_TIMEOUT_S="${KP_PART_TIMEOUT:-300}" bash "$repo/.ci/gpu" --part par -k "${KP_K:?}" ;;
     ncu-cli)  # issue 23: kernelpro started as `python3 -c` (as benchmarks/upstream.py starts it) profiling its baseline
       timeout 300 python3 -c 'import sys; from kernelpro.cli import main; sys.exit(main(sys.argv[1:]))' \
         demo --budget 1 --out "$out/demo"; echo "demo exit $?"

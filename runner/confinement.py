@@ -337,18 +337,23 @@ def hardened() -> bool:
     return HARDEN_GPU_HOSTS or not glob.glob("/dev/nvidia[0-9]*")
 
 
-REFUSE_UNIX_SOCKETS = True
-"""socket(AF_UNIX, ...) refused too (socketpair stays). The CUDA driver may look for an MPS daemon
-through a unix socket and should take EACCES as "no MPS"; if the GPU tier says otherwise, set this to
-False (the report then says unix sockets remain)."""
+UNIX_SOCKETS = "refuse"
+"""socket(AF_UNIX, ...): "refuse" (socketpair stays), "stream" (SOCK_STREAM only: no datagram to a
+named socket such as journald's), or "any". On the H200 CUDA's initialisation fails (error 304) when
+the socket call itself is refused (benchmarks/harden_probe.py, session 16)."""
+
+REFUSE_CONNECT = False
+"""connect() refused (ECONNREFUSED, as where no daemon listens) for every family: with unix sockets
+allowed, no named socket of the host (the systemd user manager's, dbus) can be reached even where
+/run could not be mounted empty; TCP is refused by Landlock and the network namespace anyway."""
 
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_GET_SECCOMP = 22, 2, 21
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
-_EPERM, _EACCES, _ENOSYS = 1, 13, 38
-_AF_UNIX = 1
-_LD_W_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+_EPERM, _EACCES, _ENOSYS, _ECONNREFUSED = 1, 13, 38, 111
+_AF_UNIX, _SOCK_STREAM, _SOCK_TYPE_MASK = 1, 1, 0xF
+_LD_W_ABS, _JEQ, _JGE, _RET, _AND = 0x20, 0x15, 0x35, 0x06, 0x54  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K, BPF_ALU|AND|K
 _X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers, refused as a whole
-# (AUDIT_ARCH_*, socket, calls made a no-op, io_uring_setup/enter/register). socketcall does not
+# (AUDIT_ARCH_*, socket, calls made a no-op, io_uring_setup/enter/register, utime calls, connect). socketcall does not
 # exist on either; fchmodat2 (452), setxattrat (463) and removexattrat (466) are the same on both.
 _ARCHES = {
     "x86_64": (0xC000003E, 41,
@@ -356,13 +361,15 @@ _ARCHES = {
                 92, 93, 94, 260,  # chown, fchown, lchown, fchownat
                 188, 189, 190, 197, 198, 199, 463, 466),  # set/remove xattr (path, link, fd, at)
                (425, 426, 427),
-               (132, 235, 280, 261)),  # utime, utimes, utimensat, futimesat
+               (132, 235, 280, 261),  # utime, utimes, utimensat, futimesat
+               42),  # connect
     "aarch64": (0xC00000B7, 198,
                 (52, 53, 452,  # fchmod, fchmodat, fchmodat2 (no chmod)
                  55, 54,  # fchown, fchownat
                  5, 6, 7, 14, 15, 16, 463, 466),
                 (425, 426, 427),
-                (88,)),  # utimensat (no utime, utimes, futimesat)
+                (88,),  # utimensat (no utime, utimes, futimesat)
+                203),  # connect
 }
 
 
@@ -392,14 +399,17 @@ def seccomp_description() -> str:
     why = seccomp_available() if hardened() else "off on a GPU host until the GPU tier passes with it"
     if why is not None:
         return f"seccomp filter unavailable ({why}): UDP, unix sockets and chmod/chown/utime/xattr NOT confined"
-    sockets = "no sockets but socketpair" if REFUSE_UNIX_SOCKETS else "no sockets but unix ones and socketpair"
+    sockets = {"refuse": "no sockets but socketpair", "stream": "no sockets but unix stream ones and socketpair",
+               "any": "no sockets but unix ones and socketpair"}[UNIX_SOCKETS]
+    if REFUSE_CONNECT:
+        sockets += ", no connect"
     return f"seccomp ({sockets}, no io_uring, no chmod/chown/utime/xattr)"
 
 
 def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
     """The filter: (code, jt, jf, k) instructions. Each test falls through to its own return, or
     skips it (jf=1): no jump targets to compute."""
-    audit, socket_nr, no_ops, uring, times = _ARCHES[arch]
+    audit, socket_nr, no_ops, uring, times, connect_nr = _ARCHES[arch]
     prog = [(_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
             (_JEQ, 1, 0, audit), (_RET, 0, 0, _RET_ERRNO | _ENOSYS),  # another ABI (int 0x80): nothing
             (_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
@@ -414,11 +424,16 @@ def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
     # creates the file as it should.
     for nr in times:
         prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _EPERM)]
+    if sockets and REFUSE_CONNECT:
+        prog += [(_JEQ, 0, 1, connect_nr), (_RET, 0, 0, _RET_ERRNO | _ECONNREFUSED)]
     if sockets:
         prog += [(_JEQ, 1, 0, socket_nr), (_RET, 0, 0, _RET_ALLOW),
                  (_LD_W_ABS, 0, 0, 16)]  # args[0], the family (an int: its low word, little-endian)
-        if not REFUSE_UNIX_SOCKETS:
+        if UNIX_SOCKETS == "any":
             prog += [(_JEQ, 0, 1, _AF_UNIX), (_RET, 0, 0, _RET_ALLOW)]
+        elif UNIX_SOCKETS == "stream":  # args[1], the type, less SOCK_NONBLOCK and SOCK_CLOEXEC
+            prog += [(_JEQ, 0, 4, _AF_UNIX), (_LD_W_ABS, 0, 0, 24), (_AND, 0, 0, _SOCK_TYPE_MASK),
+                     (_JEQ, 0, 1, _SOCK_STREAM), (_RET, 0, 0, _RET_ALLOW)]
         prog += [(_RET, 0, 0, _RET_ERRNO | _EACCES)]
     else:
         prog += [(_RET, 0, 0, _RET_ALLOW)]

@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -96,6 +97,11 @@ def _child(req: Mapping[str, Any], out_fd: int, channel: Sequence[int] = ()) -> 
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        # What the server's imports derived from its own environment, derived again from the child's:
+        # Python caches its temp folder on first use, and a preload that asked for it (peft and
+        # torch.distributed do) left it at the server's /tmp, where no child may write (on the H200
+        # every Liger candidate failed in Triton's first compile, session 16).
+        tempfile.tempdir = None
         if req["isolate"]:
             _confine()
         elif req.get("policy"):

@@ -410,3 +410,20 @@ exit 1""")
     assert kernels == [] and len(notes) == 2 and "NVreg_RestrictProfilingToAdminUsers=0" in notes[0]
     # ...and how far the profiled child got, with its own output (this fake ncu never started it).
     assert notes[1] == "the profiled child reached: nothing; its output: exit code 1", notes[1]
+
+
+def test_a_profiled_call_that_failed_is_named_in_the_note(fake_path: Path) -> None:
+    """ncu ran, the harness imported the candidate, but its profiled call raised (on the H200 a child
+    could not make a temp folder): the note carries the harness's own words, not only ncu's "No
+    kernels were profiled", so the report says why Stage 1 has no measured view (session 16)."""
+    _fake_ncu(fake_path, """
+log=""; prev=""
+for a in "$@"; do [ "$prev" = "--log-file" ] && log="$a"; prev="$a"; last="$a"; done
+echo "==WARNING== No kernels were profiled." > "$log"
+echo '{"build": {"status": "OK", "seconds": 0.2}, "profile": {"error": "PermissionError: [Errno 13] Permission denied: /tmp/tmpab"}}' > "$last"
+""")
+    stages: dict[str, float] = {}
+    kernels, notes = _profile_with_fake_ncu(fake_path, stages)
+    assert kernels == [] and stages["ncu.import"] == 0.2, stages
+    assert notes[-1].startswith("the profiled child reached: import; its output: (none); the harness said: "
+                                "profiled call: PermissionError: [Errno 13] Permission denied: /tmp/tmpab"), notes

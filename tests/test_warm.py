@@ -147,6 +147,25 @@ def test_an_edit_to_a_tree_module_the_installed_copy_also_has_is_what_runs(tmp_p
     assert not log.exists()  # the installed helperpkg was never imported by the server
 
 
+def test_a_preload_that_asks_for_the_temp_folder_leaves_each_child_its_own(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python caches its temp folder on first use (tempfile.tempdir). A preloaded package that asked
+    for it (peft, torch.distributed do) fixed it to the server's, /tmp, where no child may write: on
+    the H200 every Liger candidate forked from the warm server failed in Triton's first compile
+    (PermissionError in tempfile.mkdtemp, session 16) while the pull request's kernel, run before
+    the warm server was up, passed. Each child must use its own TMPDIR again."""
+    kernel = ("import helperpkg\n\ndef run(x):\n    import tempfile\n"
+              "    with tempfile.TemporaryDirectory() as d:\n        open(d + '/probe', 'w').write('x')\n"
+              "    return x * helperpkg.FACTOR\n")
+    t, repo, _ = _setup(tmp_path, monkeypatch, kernel)
+    helper = tmp_path / "site" / "helperpkg" / "__init__.py"
+    helper.write_text("import tempfile\ntempfile.gettempdir()\n" + helper.read_text())
+    _warm(t, repo)
+    o = _evaluate(t, repo, t.solution(repo), tmp_path)
+    assert o.environment["sandbox"]["spawn"].startswith("forked from the warm server"), o.environment["sandbox"]
+    assert o.passed, (o.status, o.log[-800:])
+
+
 def test_a_preload_that_loads_the_cuda_driver_forks_gpu_children_only_after_a_probe_used_the_gpu(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A preload that mapped the CUDA driver (Triton 3.6's import does, on the H200: session 11) is not
