@@ -133,7 +133,7 @@ step() {  # one step; its files under $base/$1
       timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
-    harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) on in the installed copy, then
+    harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) set in the installed copy, then
       # the GPU confinement tests, ncu profiling and `kernelpro demo --budget 2` under it; the copy is put back after
       read -r unix connect < <(python3 -c "import json; p = json.load(open('$base/harden/harden.json')).get('pick_parts') or {}; \
 print(p.get('unix', 'none'), bool(p.get('connect')))")
@@ -141,9 +141,9 @@ print(p.get('unix', 'none'), bool(p.get('connect')))")
       [ "$unix" != none ] || { echo "no variant ran CUDA: nothing to turn on"; return 1; }
       f=/tmp/site/kernelpro/runner/confinement.py
       cp "$f" "$f.orig"
-      sed -i -e 's/^HARDEN_GPU_HOSTS = False/HARDEN_GPU_HOSTS = True/' -e "s/^UNIX_SOCKETS = \"refuse\"/UNIX_SOCKETS = \"$unix\"/" \
-        -e "s/^REFUSE_CONNECT = False/REFUSE_CONNECT = $connect/" "$f"
-      grep -E "^(HARDEN_GPU_HOSTS|UNIX_SOCKETS|REFUSE_CONNECT) =" "$f"
+      sed -i -e "s/^UNIX_SOCKETS_GPU = \"[a-z]*\"/UNIX_SOCKETS_GPU = \"$unix\"/" \
+        -e "s/^REFUSE_CONNECT = [A-Za-z]*/REFUSE_CONNECT = $connect/" "$f"
+      grep -E "^(UNIX_SOCKETS_GPU|REFUSE_CONNECT) =" "$f"
       python3 -m compileall -q "$f"
       KERNELPRO_ARTIFACTS="$out" timeout 260 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
         "$repo/tests/test_gpu_confinement.py" "$repo/tests/test_gpu.py" -k "confine or ncu or profiling_one_candidate"

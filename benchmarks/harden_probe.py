@@ -1,8 +1,9 @@
 """Which part of the hardened confinement stops CUDA on a GPU host (issue 18)?
 
 Session 15 found CUDA's initialisation failing (error 304) under the seccomp filter, the per-entry
-/dev rules and the empty /run and /dev/shm together, and ``runner/confinement.HARDEN_GPU_HOSTS``
-stays False until each part is known. This starts one child per variant, each confined as the
+/dev rules and the empty /run and /dev/shm together; session 16 ran this on the H200: the refused
+socket(AF_UNIX) call alone did it, and CUDA needs unix sockets of another type than stream
+(runner/confinement.UNIX_SOCKETS_GPU, benchmarks/results-h200-session16/). This starts one child per variant, each confined as the
 sandbox confines a candidate (unshare -r -n -p --kill-child --mount-proc as root or a user; then
 ``confinement.enter``), with only that variant's parts on, and has it initialise CUDA, run a torch
 operation and a Triton kernel. Where strace is installed, the first failing variant runs again under
@@ -42,8 +43,7 @@ CHILD = r"""
 import json, os, sys
 v = json.loads(sys.argv[1])
 from kernelpro.runner import confinement as c
-c.HARDEN_GPU_HOSTS = True
-c.UNIX_SOCKETS = v.get("unix", "refuse")
+c.UNIX_SOCKETS = c.UNIX_SOCKETS_GPU = v.get("unix", "refuse")
 c.REFUSE_CONNECT = bool(v.get("connect"))
 c._DEV_HIDDEN = tuple(v.get("hidden", ("shm", "mqueue")))
 c._EMPTY_MOUNTS = tuple(v.get("mounts", ()))

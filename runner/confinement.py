@@ -246,7 +246,7 @@ def policy(writable: Sequence[str | os.PathLike[str] | None], readable: Sequence
     homes = [os.path.dirname(os.path.realpath(shutil.which(t) or t)) for t in tools]
     mine = [w for w in writable if w and os.path.realpath(w) not in _TOOL_ONLY]
     theirs = [w for w in writable if w and os.path.realpath(w) in _TOOL_ONLY]
-    dev = _dev_entries() if hardened() else ["/dev"]
+    dev = _dev_entries()
     return Policy(tuple(_existing([*SYSTEM_READABLE, *dev, *_installation(), *readable, *homes])),
                   tuple(_existing(mine)), tuple(_existing(devices)), tool_writable=tuple(_existing(theirs)))
 
@@ -322,30 +322,29 @@ def restrict(p: Policy) -> int:
 # classic BPF seccomp filter, written here by hand (no libseccomp), covers them in the confined
 # process and everything it starts.
 
-HARDEN_GPU_HOSTS = False
-"""The seccomp filter, the per-entry /dev rules and the empty /run and /dev/shm on a host with an
-NVIDIA GPU too. Off: on the H200 (session 15, benchmarks/results-h200-session15/probe) CUDA's
-initialisation failed under the three together (``cudaGetDeviceCount``: error 304, "OS call failed",
-in the reference child), and the device time to find which one did it was spent. So a GPU host keeps
-the confinement its GPU tier passed with (Landlock with all of /dev readable, TCP refused, the pid
-and network namespaces where the host allows them) and the report says the filter did not run; a
-host without one (the CPU runs, CI) gets all of it. Turn on once ``pytest -m gpu`` passes with it."""
-
-
-def hardened() -> bool:
-    """Whether the filter, the /dev rules and the empty mounts apply here (``HARDEN_GPU_HOSTS``)."""
-    return HARDEN_GPU_HOSTS or not glob.glob("/dev/nvidia[0-9]*")
-
-
 UNIX_SOCKETS = "refuse"
-"""socket(AF_UNIX, ...): "refuse" (socketpair stays), "stream" (SOCK_STREAM only: no datagram to a
-named socket such as journald's), or "any". On the H200 CUDA's initialisation fails (error 304) when
-the socket call itself is refused (benchmarks/harden_probe.py, session 16)."""
+"""socket(AF_UNIX, ...) where the host has no NVIDIA GPU: "refuse" (socketpair stays), "stream"
+(SOCK_STREAM only), or "any"."""
 
-REFUSE_CONNECT = False
-"""connect() refused (ECONNREFUSED, as where no daemon listens) for every family: with unix sockets
-allowed, no named socket of the host (the systemd user manager's, dbus) can be reached even where
-/run could not be mounted empty; TCP is refused by Landlock and the network namespace anyway."""
+UNIX_SOCKETS_GPU = "any"
+"""The same on a host with an NVIDIA GPU. CUDA's initialisation fails (``cudaGetDeviceCount``: error
+304, "OS call failed") when its own unix socket call is refused, and when only stream sockets are
+allowed: on the H200 CUDA and Triton ran under the whole confinement with "any", under neither of the
+others (benchmarks/harden_probe.py, benchmarks/results-h200-session16/). With ``REFUSE_CONNECT`` such
+a socket reaches nothing of the host's: what stays open is a datagram sent with sendto/sendmsg to a
+named datagram socket (journald's) on a host where /run cannot be mounted empty (no namespaces)."""
+
+REFUSE_CONNECT = True
+"""connect() refused (ECONNREFUSED, as where no daemon listens) for every family: no named socket of
+the host (the systemd user manager's, dbus) can be reached, even where /run could not be mounted
+empty; TCP is refused by Landlock and the network namespace anyway. ncu's injection into the
+harness works under it (the GPU confinement tests, session 16)."""
+
+
+def unix_sockets() -> str:
+    """This host's setting: ``UNIX_SOCKETS_GPU`` where an NVIDIA device exists, else ``UNIX_SOCKETS``."""
+    return UNIX_SOCKETS_GPU if glob.glob("/dev/nvidia[0-9]*") else UNIX_SOCKETS
+
 
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_GET_SECCOMP = 22, 2, 21
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
@@ -396,11 +395,11 @@ def seccomp_available() -> str | None:
 
 def seccomp_description() -> str:
     """The filter's part of the report's confinement line."""
-    why = seccomp_available() if hardened() else "off on a GPU host until the GPU tier passes with it"
+    why = seccomp_available()
     if why is not None:
         return f"seccomp filter unavailable ({why}): UDP, unix sockets and chmod/chown/utime/xattr NOT confined"
     sockets = {"refuse": "no sockets but socketpair", "stream": "no sockets but unix stream ones and socketpair",
-               "any": "no sockets but unix ones and socketpair"}[UNIX_SOCKETS]
+               "any": "no sockets but unix ones and socketpair"}[unix_sockets()]
     if REFUSE_CONNECT:
         sockets += ", no connect"
     return f"seccomp ({sockets}, no io_uring, no chmod/chown/utime/xattr)"
@@ -429,9 +428,10 @@ def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
     if sockets:
         prog += [(_JEQ, 1, 0, socket_nr), (_RET, 0, 0, _RET_ALLOW),
                  (_LD_W_ABS, 0, 0, 16)]  # args[0], the family (an int: its low word, little-endian)
-        if UNIX_SOCKETS == "any":
+        mode = unix_sockets()
+        if mode == "any":
             prog += [(_JEQ, 0, 1, _AF_UNIX), (_RET, 0, 0, _RET_ALLOW)]
-        elif UNIX_SOCKETS == "stream":  # args[1], the type, less SOCK_NONBLOCK and SOCK_CLOEXEC
+        elif mode == "stream":  # args[1], the type, less SOCK_NONBLOCK and SOCK_CLOEXEC
             prog += [(_JEQ, 0, 4, _AF_UNIX), (_LD_W_ABS, 0, 0, 24), (_AND, 0, 0, _SOCK_TYPE_MASK),
                      (_JEQ, 0, 1, _SOCK_STREAM), (_RET, 0, 0, _RET_ALLOW)]
         prog += [(_RET, 0, 0, _RET_ERRNO | _EACCES)]
@@ -453,7 +453,7 @@ def seccomp_filter(sockets: bool = True) -> bool:
     ``sockets`` False leaves socket() alone. False where this machine has none (the report says
     so: ``seccomp_description``); ConfinementError where the kernel refuses it."""
     arch = _seccomp_arch()
-    if arch is None or seccomp_available() is not None or not hardened():
+    if arch is None or seccomp_available() is not None:
         return False
     prog = _program(arch, sockets)
     insns = (_SockFilter * len(prog))(*(_SockFilter(*i) for i in prog))
@@ -469,9 +469,7 @@ def seccomp_filter(sockets: bool = True) -> bool:
 def empty_mounts() -> None:
     """In a mount namespace of its own (before Landlock, which forbids mounting): empty tmpfs over
     ``_EMPTY_MOUNTS``. Best effort: where it fails the Landlock rules still hide /dev/shm, and the
-    filter refuses the sockets of /run."""
-    if not hardened():
-        return
+    filter refuses connecting to the sockets of /run."""
     libc = _libc()
     for where in _EMPTY_MOUNTS:
         if os.path.isdir(where) and not os.path.islink(where):

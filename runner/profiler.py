@@ -8,6 +8,7 @@ not permitted, no cuobjdump) becomes a note in the Profile, and the loop goes on
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import threading
@@ -75,10 +76,12 @@ def merge_cache(src: Path, dst: Path) -> int:
             for name in sorted(files):
                 try:
                     data = read_capped(Path(root, name), _CACHE_FILE_CAP)
+                    if name.startswith("__grp__"):
+                        data = _regrouped(data, src, dst)
                     if into is None:
                         into = _open_dirs(dst, rel)
-                except OSError:
-                    continue  # a link, a FIFO, too large, gone; or a folder of dst that is a link
+                except (OSError, ValueError):
+                    continue  # a link, a FIFO, too large, gone, a group not of src; or a folder of dst that is a link
                 if _exists(name, into):
                     continue  # there already (whatever it is)
                 part = f".{name}.{os.getpid()}.part"
@@ -95,6 +98,26 @@ def merge_cache(src: Path, dst: Path) -> int:
             if into is not None:
                 os.close(into)
     return copied
+
+
+def _regrouped(data: bytes | bytearray, src: Path, dst: Path) -> bytes:
+    """A Triton cache group file (``__grp__NAME.json``: each of a kernel's files by absolute path)
+    pointing into ``dst`` instead of ``src``. Copied as it was, it sent the profiled child to the
+    candidate's own cache, which it may not read: Triton's open() failed with EACCES and ncu profiled
+    no kernel in every `kernelpro optimize` run on the H200 (session 16). ValueError for a group that
+    names a file outside ``src``: left out, Triton then compiles that kernel again."""
+    group = json.loads(bytes(data))
+    paths = group.get("child_paths") if isinstance(group, dict) else None
+    if not isinstance(paths, dict):
+        raise ValueError("not a Triton cache group")
+    moved = {}
+    for child, path in paths.items():
+        p = Path(str(path))
+        rel = p.relative_to(src) if p.is_relative_to(src) else p.relative_to(src.resolve())  # ValueError outside src
+        if ".." in rel.parts:
+            raise ValueError(f"{path} leaves {src}")
+        moved[child] = str(dst / rel)
+    return json.dumps({**group, "child_paths": moved}).encode()
 
 
 _CACHE_FILE_CAP = 256 << 20

@@ -195,6 +195,26 @@ def test_merge_cache_adds_only_what_is_missing_and_never_rewrites_in_place(tmp_p
     assert not any(p.name.endswith(".part") for p in dst.rglob("*"))
 
 
+def test_merged_cache_groups_name_the_files_where_they_now_are(tmp_path: Path) -> None:
+    """Triton's group files list a kernel's files by absolute path. Copied as they were, they sent the
+    profiled child back to the candidate's cache, which it may not read (EACCES: ncu profiled no kernel
+    in any `kernelpro optimize` run on the H200, session 16): they must point into the merged cache."""
+    import json
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "H").mkdir(parents=True)
+    dst.mkdir()
+    (src / "H" / "k.cubin").write_bytes(b"cubin")
+    (src / "H" / "k.json").write_text("{}")
+    (src / "H" / "__grp__k.json").write_text(json.dumps({"child_paths": {"k.cubin": str(src / "H" / "k.cubin"),
+                                                                          "k.json": str(src / "H" / "k.json")}}))
+    (src / "H" / "__grp__evil.json").write_text(json.dumps({"child_paths": {"x": "/etc/passwd"}}))
+    assert merge_cache(src, dst) == 3
+    group = json.loads((dst / "H" / "__grp__k.json").read_text())
+    assert group == {"child_paths": {"k.cubin": str(dst / "H" / "k.cubin"), "k.json": str(dst / "H" / "k.json")}}
+    assert not (dst / "H" / "__grp__evil.json").exists()  # Triton compiles that one again
+
+
 def test_the_time_limit_counts_from_the_request(fake_ncu: Path) -> None:
     """A standby that waited longer than the limit still gives its request the whole limit; a
     request that hangs is killed at the limit after it was given, not later."""
