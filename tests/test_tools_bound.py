@@ -188,6 +188,21 @@ def test_report_shows_both_views_and_nonzero_percentages() -> None:
     assert pct(0.42) == "0.42" and pct(0.0) == "0" and pct(3.14) == "3.1" and pct(74.4) == "74"
 
 
+def test_stage1s_current_view_says_why_ncu_measured_nothing() -> None:
+    """No kernel in ncu's profile (on the H200 every `kernelpro optimize` run, until session 16): the cell
+    gives the profiler's own note, not "it needs a GPU", which was false on a GPU."""
+    s1 = replace(_stage1("poor"), current=None)
+    note = ("ncu exited with 1: ==WARNING== No kernels were profiled.\n| the profiled child reached: import; "
+            "the harness said: profiled call: PermissionError")
+    env = _env().get_template("report_stage1.md.j2")
+    text = env.render(r={"stage1": stage1_json(s1), "baseline_analysis": {"notes": [note]}}, axes={})
+    row = next(ln for ln in text.splitlines() if ln.startswith("| this kernel as written (ncu) |"))
+    assert row.startswith("| this kernel as written (ncu) | not profiled | ncu measured nothing: ncu exited with 1:"), row
+    assert "PermissionError" in row and "it needs a GPU" not in row and row.count("|") == 4, row
+    cpu = env.render(r={"stage1": stage1_json(s1)}, axes={})
+    assert "| not profiled | ncu did not run (it needs a GPU) |" in cpu
+
+
 def test_bound_mismatch_is_the_first_finding() -> None:
     s1 = _stage1("poor")
     a = run_tools(Profile(kernels=(_kernel("poor"),)), s1.bottleneck, stage1=s1)
