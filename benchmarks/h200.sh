@@ -173,7 +173,17 @@ print(p.get('unix', 'none'), bool(p.get('connect')))")
 }
 
 # Triton caches are thousands of small files, more than the device returns: never left under $OUT.
-trap 'find "$base" -name .triton-cache -type d -prune -exec rm -rf {} + 2>/dev/null' EXIT
+# The device brings back about 8 files of $OUT (session 16 lost the failure files of call 1): under $OUT,
+# everything but the top-level step logs goes into one results.tgz (KP_PACK=0 keeps the folders).
+pack() {
+  find "$base" -name .triton-cache -type d -prune -exec rm -rf {} + 2>/dev/null
+  if [ -n "${OUT:-}" ] && [ "${KP_PACK:-1}" = 1 ]; then
+    tar czf /tmp/kp-results.tgz -C "$base" --exclude='*.kpt' . && \
+      find "$base" -mindepth 1 -maxdepth 1 ! -name '*.log' -exec rm -rf {} + && mv /tmp/kp-results.tgz "$base/results.tgz"
+  fi
+}
+trap pack EXIT
+trap 'exit 143' TERM INT  # so that a step cut by timeout still packs what it left
 if [ "$1" = par ]; then
   shift
   gpu=0
