@@ -75,7 +75,7 @@ def merge_cache(src: Path, dst: Path) -> int:
         try:
             for name in sorted(files):
                 try:
-                    data = read_capped(Path(root, name), _CACHE_FILE_CAP)
+                    data: bytes | bytearray = read_capped(Path(root, name), _CACHE_FILE_CAP)
                     if name.startswith("__grp__"):
                         data = _regrouped(data, src, dst)
                     if into is None:
