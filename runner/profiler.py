@@ -216,14 +216,16 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             said = f"{child.log}\n{text}"
             reached = ", ".join(k for k in ("import", "warmup", "profiled") if f"ncu.{k}" in stages) or "nothing"
             own = f"the profiled child reached: {reached}; its output: {child.log.strip()[-600:] or '(none)'}"
+            # The candidate's own failure under ncu, in the harness's words (ncu's say only "no kernels").
             doc = child.result if isinstance(child.result, dict) else {}
             build, prof = doc.get("build"), doc.get("profile")
-            said_by_harness = " | ".join(
-                [*([f"build {build.get('status')}: {str(build.get('log') or '').strip()[-400:]}"]
-                   if isinstance(build, dict) and build.get("status") not in (None, "OK") else []),
-                 *([f"profiled call: {str(prof.get('error')).strip()[-400:]}"] if isinstance(prof, dict) and prof.get("error") else [])])
-            if said_by_harness:  # the candidate's own failure under ncu (the harness's words, not ncu's)
-                own += f"; the harness said: {said_by_harness}"
+            harness_said = []
+            if isinstance(build, dict) and build.get("status") not in (None, "OK"):
+                harness_said.append(f"build {build.get('status')}: {str(build.get('log') or '').strip()[-400:]}")
+            if isinstance(prof, dict) and prof.get("error"):
+                harness_said.append(f"profiled call: {str(prof.get('error')).strip()[-400:]}")
+            if harness_said:
+                own += "; the harness said: " + " | ".join(harness_said)
             if child.status == "OK":
                 return [], [*(notes_for(said, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]), own]
             return [], [*(notes_for(said, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]), own]
