@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same on x86_64 and aarch64
 _PATH_BENEATH = 1
@@ -95,16 +95,20 @@ class Policy:
     tool_writable: tuple[str, ...] = ()
     """Folders only the profiler's layer (``proc``) may write, never the harness it starts: ncu's
     log, which the orchestrator reads back (a candidate swapped it for a link to an SSH key)."""
+    unix: str = field(default_factory=lambda: unix_sockets())
+    """The filter's unix socket setting (``UNIX_SOCKETS``), chosen where the policy is made: under
+    Landlock /dev cannot be listed, so a confined process that looked for a GPU itself found none,
+    refused CUDA its unix socket, and every GPU candidate failed with error 304 (session 17)."""
 
     def to_json(self) -> str:
         return json.dumps({"readable": self.readable, "writable": self.writable, "devices": self.devices,
-                           "proc": self.proc, "tool_writable": self.tool_writable})
+                           "proc": self.proc, "tool_writable": self.tool_writable, "unix": self.unix})
 
     @staticmethod
     def from_json(text: str) -> Policy:
         d = json.loads(text)
         return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())), bool(d.get("proc")),
-                      tuple(d.get("tool_writable", ())))
+                      tuple(d.get("tool_writable", ())), d.get("unix") or unix_sockets())
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,7 @@ def restrict(p: Policy) -> int:
     # The profiler's own layer (ncu, NVIDIA's binary, talking to the library it injects into the
     # harness) keeps its sockets; the harness below it installs the whole filter before any
     # candidate code runs.
-    seccomp_filter(sockets=not p.proc)
+    seccomp_filter(sockets=not p.proc, unix=p.unix)
     return abi
 
 
@@ -405,7 +409,7 @@ def seccomp_description() -> str:
     return f"seccomp ({sockets}, no io_uring, no chmod/chown/utime/xattr)"
 
 
-def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
+def _program(arch: str, sockets: bool, unix: str) -> list[tuple[int, int, int, int]]:
     """The filter: (code, jt, jf, k) instructions. Each test falls through to its own return, or
     skips it (jf=1): no jump targets to compute."""
     audit, socket_nr, no_ops, uring, times, connect_nr = _ARCHES[arch]
@@ -428,10 +432,9 @@ def _program(arch: str, sockets: bool) -> list[tuple[int, int, int, int]]:
     if sockets:
         prog += [(_JEQ, 1, 0, socket_nr), (_RET, 0, 0, _RET_ALLOW),
                  (_LD_W_ABS, 0, 0, 16)]  # args[0], the family (an int: its low word, little-endian)
-        mode = unix_sockets()
-        if mode == "any":
+        if unix == "any":
             prog += [(_JEQ, 0, 1, _AF_UNIX), (_RET, 0, 0, _RET_ALLOW)]
-        elif mode == "stream":  # args[1], the type, less SOCK_NONBLOCK and SOCK_CLOEXEC
+        elif unix == "stream":  # args[1], the type, less SOCK_NONBLOCK and SOCK_CLOEXEC
             prog += [(_JEQ, 0, 4, _AF_UNIX), (_LD_W_ABS, 0, 0, 24), (_AND, 0, 0, _SOCK_TYPE_MASK),
                      (_JEQ, 0, 1, _SOCK_STREAM), (_RET, 0, 0, _RET_ALLOW)]
         prog += [(_RET, 0, 0, _RET_ERRNO | _EACCES)]
@@ -448,14 +451,15 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def seccomp_filter(sockets: bool = True) -> bool:
+def seccomp_filter(sockets: bool = True, unix: str | None = None) -> bool:
     """Install the filter on the calling thread (and all it starts), after PR_SET_NO_NEW_PRIVS;
-    ``sockets`` False leaves socket() alone. False where this machine has none (the report says
+    ``sockets`` False leaves socket() alone; ``unix``: the unix socket setting, this host's
+    (``unix_sockets``, which needs /dev listable: call it before Landlock) where None. False where this machine has none (the report says
     so: ``seccomp_description``); ConfinementError where the kernel refuses it."""
     arch = _seccomp_arch()
     if arch is None or seccomp_available() is not None:
         return False
-    prog = _program(arch, sockets)
+    prog = _program(arch, sockets, unix or unix_sockets())
     insns = (_SockFilter * len(prog))(*(_SockFilter(*i) for i in prog))
     fprog = _SockFprog(len(prog), ctypes.cast(insns, ctypes.POINTER(_SockFilter)))
     libc = _libc()

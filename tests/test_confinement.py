@@ -463,6 +463,35 @@ def test_what_a_child_could_touch_is_read_and_written_without_following_its_link
     assert not (tmp_path / "created-through-a-link").exists()
 
 
+def test_the_unix_socket_setting_is_chosen_where_the_policy_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Landlock /dev cannot be listed: a confined harness that looked for the GPU itself found
+    none, refused CUDA its unix socket, and every GPU candidate of the tier failed with error 304
+    (H200, session 17). The setting travels in the policy, chosen by the parent that sees /dev."""
+    import glob as globmod
+
+    from kernelpro.runner import confinement
+
+    if confinement.seccomp_available() is not None or confinement.landlock_abi() < 1:
+        pytest.skip("needs Landlock and the seccomp filter")
+    real = globmod.glob
+    monkeypatch.setattr(confinement.glob, "glob",
+                        lambda pat, *a, **k: ["/dev/nvidia0"] if pat.startswith("/dev/nvidia") else real(pat, *a, **k))
+    pol = confinement.policy([tmp_path / "w"])
+    assert pol.unix == "any" and confinement.Policy.from_json(pol.to_json()) == pol
+    code = f"""
+import socket, sys
+sys.path[:0] = {sys.path!r}
+from kernelpro.runner import confinement as c
+c.restrict(c.Policy.from_json(sys.argv[1]))
+print("here:", c.unix_sockets())
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+print("unix socket ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code, pol.to_json()], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["here: refuse", "unix socket ok"], p.stdout
+
+
 def test_a_gpu_host_gets_the_whole_confinement_with_the_unix_sockets_cuda_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the H200 CUDA's initialisation failed (error 304) when socket(AF_UNIX) was refused, and when
     only stream ones were allowed; the /dev rules and the empty mounts did not stop it (session 16,
