@@ -204,10 +204,12 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
 
         child, kernels, text = attempt(True)
         if not kernels and child.sandbox.get("network", "").startswith("isolated"):
-            # ncu inside the namespaces failed: once more outside them (a verified candidate), and say so.
+            # ncu inside the namespaces failed: once more outside them (a verified candidate), and say
+            # so, with what the first said (on the H200 the note alone could not be acted on, session 17).
+            first = " ".join(f"{child.status}: {child.log.strip()[-300:]} {text.strip()[-300:]}".split())
             child, kernels, text = attempt(False)
             if kernels:
-                notes.append("ncu failed inside the sandbox's namespaces and ran without network isolation")
+                notes.append(f"ncu failed inside the sandbox's namespaces ({first}) and ran without network isolation")
         if not kernels:
             # Counters not permitted, unknown metrics, ...: ncu's own words, turned into a fix. The
             # harness's own output and how far it got are kept too: on the H200, runs of `kernelpro`
