@@ -69,7 +69,8 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
     b, c, b2 = interleaved(target, base.solution, cand.solution, workloads, es, home, "kernelpro-gate-")
     if not b.passed or not b2.passed:
         failed = b if not b.passed else b2
-        return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {failed.status}: {failed.log.strip()[-300:]}")
+        said = " ".join(failed.log.split())[-300:]  # one line: the report lists reasons as bullets
+        return GateResult(cand, False, 0.0, (), f"baseline failed in the gate: {failed.status}: {said}")
     if not c.passed:
         return GateResult(cand, False, 0.0, (), f"{c.status} on more seeds: {c.log[:300]}")
     if (why := delegated(c.torch_ops, b.torch_ops + b2.torch_ops, target.language)) is not None:

@@ -124,6 +124,9 @@ _CACHE_FILE_CAP = 256 << 20
 """The largest file of a candidate's Triton cache copied (cubins and launchers are megabytes)."""
 _LOG_CAP = 64 << 20
 """The most of ncu's log read back."""
+_BUSY_WAITS_S = (2.0, 4.0, 8.0)
+"""Waits before each new attempt while another profiler holds the GPU's counters (ncu's "concurrently
+collecting profiling data"): another kernel's profile takes seconds, so 3 tries over 14 s outlast it."""
 
 
 def _exists(name: str, folder: int) -> bool:
@@ -164,7 +167,14 @@ def read_log(path: Path) -> str:
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
          ps: ProfileSettings, cache: Path, stages: dict[str, float],
          standby: NcuStandby | None = None) -> tuple[list, list[str]]:
-    from .evidence.ncu import NCU_MISSING, find_ncu, notes_for, parse_csv, raw_csv_wrapper
+    from .evidence.ncu import (
+        NCU_MISSING,
+        counters_busy,
+        find_ncu,
+        notes_for,
+        parse_csv,
+        raw_csv_wrapper,
+    )
 
     ncu = find_ncu(ps.ncu_tool)
     if ncu is None:
@@ -176,8 +186,8 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
         # (one swapped the log for a link to an SSH key, which was read back into the profile).
         confinement.tool_only(tmp)
 
-        def attempt(isolate: bool) -> tuple[Any, list, str]:
-            taken = standby.take(req) if standby is not None and isolate else None
+        def attempt(isolate: bool, fresh: bool = False) -> tuple[Any, list, str]:
+            taken = standby.take(req) if standby is not None and isolate and not fresh else None
             if standby is not None and taken is not None and taken[0].status == "OK":
                 (child, seconds), out = taken, standby.log
                 stages["ncu.standby"] = standby.up_s
@@ -203,7 +213,15 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             return child, (parse_csv(text) if child.status == "OK" else []), text
 
         child, kernels, text = attempt(True)
-        if not kernels and child.sandbox.get("network", "").startswith("isolated"):
+        for wait in _BUSY_WAITS_S:  # another profiler held the counters: it ends soon, as ours does
+            if kernels or not counters_busy(f"{child.log}\n{text}"):
+                break
+            stages["ncu.busy_wait"] = stages.get("ncu.busy_wait", 0.0) + wait
+            time.sleep(wait)
+            child, kernels, text = attempt(True, fresh=True)
+        # Busy counters are no less busy outside the namespaces: notes_for says what to do about them.
+        busy = not kernels and counters_busy(f"{child.log}\n{text}")
+        if not kernels and not busy and child.sandbox.get("network", "").startswith("isolated"):
             # ncu inside the namespaces failed: once more outside them (a verified candidate), and say
             # so, with what the first said (on the H200 the note alone could not be acted on, session 17).
             first = " ".join(f"{child.status}: {child.log.strip()[-300:]} {text.strip()[-300:]}".split())

@@ -351,6 +351,34 @@ def test_the_gate_builds_in_a_triton_cache_of_its_own(tmp_path: Path, monkeypatc
     assert shared not in seen and not any(c.exists() for c in seen if c is not None)
 
 
+def test_a_baseline_that_fails_in_the_gate_is_reported_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H200 a gate refused a 3.7x candidate with only "baseline failed in the gate:
+    RUNTIME_ERROR": nobody could tell why (session 17). The reason carries the baseline's log tail."""
+    import dataclasses
+
+    import kernelpro.runner.gate as gate_mod
+    import kernelpro.runner.optimize as opt
+    from kernelpro.runner.candidate import Candidate
+    from kernelpro.runner.target import Target
+
+    calls: list[int] = []
+
+    def failing_first(*args: object) -> Outcome:
+        calls.append(1)
+        o = evaluate(*args)  # type: ignore[arg-type]
+        if len(calls) == 1:
+            return dataclasses.replace(o, status="RUNTIME_ERROR", log="Traceback ...\nRuntimeError: CUDA error: out of memory\n")
+        return o
+
+    monkeypatch.setattr(gate_mod, "evaluate", failing_first)
+    target = Target("swiglu", "python", ("cand.py",), "cand.py::run", SWIGLU, tuple(LOADS))
+    base = Candidate(candidate("base", PY_TORCH), None, "init", "baseline")
+    rs = opt.RunSettings(gate_trials=2, evaluation=settings(tmp_path))
+    g = opt._gate(target, base, base, tuple(LOADS), rs)
+    assert not g.passed
+    assert g.reason == "baseline failed in the gate: RUNTIME_ERROR: Traceback ... RuntimeError: CUDA error: out of memory", g.reason
+
+
 _DRIVER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])

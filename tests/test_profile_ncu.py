@@ -427,3 +427,55 @@ echo '{"build": {"status": "OK", "seconds": 0.2}, "profile": {"error": "Permissi
     assert kernels == [] and stages["ncu.import"] == 0.2, stages
     assert notes[-1].startswith("the profiled child reached: import; its output: (none); the harness said: "
                                 "profiled call: PermissionError: [Errno 13] Permission denied: /tmp/tmpab"), notes
+
+
+# What ncu printed on the H200 when another ncu (a parallel test's) held the GPU's counters (session 17,
+# report.md of tests/test_gpu.py::test_reactive_tools_end_to_end_on_the_gpu under 10 workers); the first
+# sentence as Nsight Compute's FAQ words it, the rest as recorded.
+BUSY_OUTPUT = (
+    "==ERROR== Profiling failed because a driver resource was unavailable. Ensure that no other tool (like "
+    "DCGM) is concurrently collecting profiling data. See https://docs.nvidia.com/nsight-compute/ProfilingGuide/"
+    "index.html#faq for more details.\n"
+    '==ERROR== Failed to profile "_swiglu_kernel" in process 25\n'
+    "==PROF== Trying to shutdown target application\n"
+    "==ERROR== The application returned an error code (9).\n"
+)
+
+
+def _busy_ncu(fake_path: Path, busy_times: int) -> None:
+    """A fake ncu whose first ``busy_times`` runs meet another profiler, then writes the H200's page."""
+    (fake_path / "busy.txt").write_text(BUSY_OUTPUT)
+    _fake_ncu(fake_path, f"""
+log=""; prev=""
+for a in "$@"; do [ "$prev" = "--log-file" ] && log="$a"; prev="$a"; last="$a"; done
+echo run >> "{fake_path}/runs"
+if [ "$(wc -l < "{fake_path}/runs")" -le {busy_times} ]; then cat "{fake_path}/busy.txt" > "$log"; exit 9; fi
+echo "==PROF== Connected to process 1" > "$log"
+cat "{H200 / "ncu_full_raw_tuned.csv"}" >> "$log"
+echo '{{"phases": {{"startup": 1.5}}, "build": {{"seconds": 2.0}}, "profile": {{"warmup_s": 0.5, "profiled_s": 0.25}}}}' > "$last" """)
+
+
+def test_ncu_waits_out_another_profiler_and_stays_in_the_namespaces(fake_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ncu at once on one GPU: the second fails with "concurrently collecting profiling data".
+    It is tried again in the same confinement after a wait; before, the profiler took it for a failure
+    of the namespaces, ran ncu without network isolation and said so (H200, session 17)."""
+    from kernelpro.runner import profiler
+
+    monkeypatch.setattr(profiler, "_BUSY_WAITS_S", (0.01, 0.01, 0.01))
+    _busy_ncu(fake_path, 2)
+    stages: dict[str, float] = {}
+    kernels, notes = _profile_with_fake_ncu(fake_path, stages)
+    assert [k.name for k in kernels] == ["_swiglu_kernel"] and notes == [], notes
+    assert len((fake_path / "runs").read_text().split()) == 3 and stages["ncu.busy_wait"] == pytest.approx(0.02)
+
+
+def test_ncu_busy_through_every_attempt_says_what_to_do(fake_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelpro.runner import profiler
+
+    monkeypatch.setattr(profiler, "_BUSY_WAITS_S", (0.01, 0.01))
+    _busy_ncu(fake_path, 99)
+    kernels, notes = _profile_with_fake_ncu(fake_path, {})
+    assert kernels == [] and len((fake_path / "runs").read_text().split()) == 3  # no run outside the namespaces
+    assert notes[0].startswith("ncu: another profiler (DCGM's profiling module, or another ncu) was collecting") \
+        and "dcgmi profile --pause" in notes[0], notes
+    assert not any("without network isolation" in n for n in notes), notes

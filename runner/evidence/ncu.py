@@ -423,8 +423,27 @@ _UNKNOWN_METRIC = re.compile(
 )
 
 
+# What ncu says when another profiler (DCGM's profiling module, another ncu) holds the GPU's counters:
+# on the H200 two ncu children of parallel tests met it (session 17). It passes: the caller waits and
+# tries again (runner/profiler.py) before it calls the profile lost.
+_BUSY = ("concurrently collecting profiling data", "a driver resource was unavailable")
+
+
+def counters_busy(output: str) -> bool:
+    """Whether ncu failed because another profiler was collecting on the GPU at the same time."""
+    return any(s in output for s in _BUSY)
+
+
 def notes_for(output: str, returncode: int) -> list[str]:
     notes: list[str] = []
+    if counters_busy(output):
+        notes.append(
+            "ncu: another profiler (DCGM's profiling module, or another ncu) was collecting on this GPU "
+            "through every attempt, so no counters could be read. Pause DCGM profiling on the runner "
+            "while kernelpro runs (`dcgmi profile --pause`, `--resume` after) or give kernelpro a GPU no "
+            "other job profiles; continuing with SASS and timing only"
+        )
+        return notes
     if "ERR_NVGPUCTRPERM" in output:
         notes.append(
             "ncu: ERR_NVGPUCTRPERM: this user may not read the GPU performance counters. Allow "
