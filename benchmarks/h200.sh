@@ -46,6 +46,8 @@
 #   harden ~3: benchmarks/harden_probe.py, which part of the hardened confinement stops CUDA (issue 18)
 #   harden-on ~4: harden's pick turned on in the installed copy: GPU confinement tests, ncu, the demo under it
 #   tier-par-k: part par, only the tests KP_K selects (KP_PART_TIMEOUT, default 300 s)
+#   teardown ~1.5: issue 22, benchmarks/teardown.py: a child's exit after CUDA, device memory, pinned
+#                memory, tensorfile's copy, Triton, the profiler
 #   ncu-cli ~2: `kernelpro demo --budget 1` started as `python3 -c`, its baseline's profile (issue 23)
 #   bg:STEP  runs STEP in the background beside the next steps (e.g. `bg:harden bg:ncu-cli tier-par`)
 #   overhead16, overhead16-cold: 16 evaluations of the demo with and without the warm server (issue 22)
@@ -132,6 +134,7 @@ step() {  # one step; its files under $base/$1
       # shellcheck disable=SC2086
       timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
+    teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
     harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) set in the installed copy, then
       # the GPU confinement tests, ncu profiling and `kernelpro demo --budget 2` under it; the copy is put back after
