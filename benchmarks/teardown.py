@@ -10,7 +10,8 @@ calling ``os._exit`` as the harness does; the parent measures from the stamp to 
 
 Variants: nothing (the interpreter alone), torch imported, CUDA initialised, ``--gb`` of device
 memory held, ``--gb`` of pinned host memory (torch's host allocator, as runner/tensorfile.py's copy
-uses), outputs written through runner/tensorfile.py (its pinned copy), a Triton kernel launched, a
+uses), outputs written through runner/tensorfile.py (its pinned copy), the same outputs through a
+pageable copy, a Triton kernel launched, a
 torch.profiler session (CUPTI, the timeline). Prints a markdown table of median seconds (min..max)
 and writes DIR/teardown.json. ``--device cpu`` runs the variants that need no GPU (a smoke check).
 """
@@ -35,7 +36,7 @@ n = int(gb * (1 << 30)) // 4
 keep = []
 if variant != "nothing":
     import torch
-if variant in ("cuda", "device", "pinned", "tensorfile", "triton", "profiler"):
+if variant in ("cuda", "device", "pinned", "tensorfile", "pageable", "triton", "profiler"):
     torch.cuda.init(); keep.append(torch.ones(1, device="cuda")); torch.cuda.synchronize()
 if variant == "device":
     keep.append(torch.empty(n, device="cuda")); torch.cuda.synchronize()
@@ -46,6 +47,11 @@ if variant == "tensorfile":
     from kernelpro.runner import tensorfile
     outs = [torch.randn(n // 4, device="cuda") for _ in range(4)]
     tensorfile.write(outs, os.path.join(folder, "outputs.bin"))
+if variant == "pageable":  # the same outputs copied to pageable host memory instead
+    outs = [torch.randn(n // 4, device="cuda") for _ in range(4)]
+    with open(os.path.join(folder, "outputs.bin"), "wb") as f:
+        for t in outs:
+            f.write(t.cpu().reshape(-1).view(torch.uint8).numpy().data)
 if variant == "triton":
     import triton, triton.language as tl
     sys.path.insert(0, folder)
@@ -75,7 +81,7 @@ def run():
     torch.cuda.synchronize()
 '''
 
-GPU_ONLY = ("cuda", "device", "pinned", "tensorfile", "triton", "profiler")
+GPU_ONLY = ("cuda", "device", "pinned", "tensorfile", "pageable", "triton", "profiler")
 VARIANTS = ("nothing", "torch", *GPU_ONLY)
 
 
