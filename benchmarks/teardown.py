@@ -27,8 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
 CHILD = r"""
 import os, sys, time
 variant, gb, folder = sys.argv[1], float(sys.argv[2]), sys.argv[3]
@@ -43,8 +41,7 @@ if variant == "device":
 if variant == "pinned":
     keep.append(torch.empty(n, pin_memory=True))
 if variant == "tensorfile":
-    sys.path.insert(0, sys.argv[4])
-    from kernelpro.runner import tensorfile
+    from kernelpro.runner import tensorfile  # the installed package (the checkout maps runner/ elsewhere)
     outs = [torch.randn(n // 4, device="cuda") for _ in range(4)]
     tensorfile.write(outs, os.path.join(folder, "outputs.bin"))
 if variant == "pageable":  # the same outputs copied to pageable host memory instead
@@ -87,7 +84,7 @@ VARIANTS = ("nothing", "torch", *GPU_ONLY)
 
 def one(variant: str, gb: float, folder: str) -> dict[str, float | str]:
     t0 = time.time()
-    p = subprocess.Popen([sys.executable, "-c", CHILD, variant, str(gb), folder, str(REPO)],
+    p = subprocess.Popen([sys.executable, "-c", CHILD, variant, str(gb), folder],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stderr is not None
     line = p.stdout.readline()
