@@ -9,7 +9,7 @@ calling ``os._exit`` as the harness does; the parent measures from the stamp to 
     python3 benchmarks/teardown.py [--out DIR] [--repeats 3] [--device cuda|cpu] [--gb 2]
 
 Variants: nothing (the interpreter alone), torch imported, CUDA initialised, ``--gb`` of device
-memory held, ``--gb`` of pinned host memory (torch's host allocator, as runner/tensorfile.py's copy
+memory held (and 16 times as much), ``--gb`` of pinned host memory (torch's host allocator, as runner/tensorfile.py's copy
 uses), outputs written through runner/tensorfile.py (its pinned copy), the same outputs through a
 pageable copy, a Triton kernel launched, a
 torch.profiler session (CUPTI, the timeline). Prints a markdown table of median seconds (min..max)
@@ -34,10 +34,12 @@ n = int(gb * (1 << 30)) // 4
 keep = []
 if variant != "nothing":
     import torch
-if variant in ("cuda", "device", "pinned", "tensorfile", "pageable", "triton", "profiler"):
+if variant in ("cuda", "device", "device_big", "pinned", "tensorfile", "pageable", "triton", "profiler"):
     torch.cuda.init(); keep.append(torch.ones(1, device="cuda")); torch.cuda.synchronize()
 if variant == "device":
     keep.append(torch.empty(n, device="cuda")); torch.cuda.synchronize()
+if variant == "device_big":  # as many buffer sets of a large workload as the timing rotates through
+    keep.append(torch.empty(16 * n, device="cuda")); torch.cuda.synchronize()
 if variant == "pinned":
     keep.append(torch.empty(n, pin_memory=True))
 if variant == "tensorfile":
@@ -78,7 +80,7 @@ def run():
     torch.cuda.synchronize()
 '''
 
-GPU_ONLY = ("cuda", "device", "pinned", "tensorfile", "pageable", "triton", "profiler")
+GPU_ONLY = ("cuda", "device", "device_big", "pinned", "tensorfile", "pageable", "triton", "profiler")
 VARIANTS = ("nothing", "torch", *GPU_ONLY)
 
 
