@@ -510,3 +510,19 @@ def test_a_gpu_host_gets_the_whole_confinement_with_the_unix_sockets_cuda_needs(
     if confinement.seccomp_available() is None:
         assert confinement.seccomp_description() == ("seccomp (no sockets but unix ones and socketpair, no connect, "
                                                      "no io_uring, no chmod/chown/utime/xattr)")
+
+
+def test_the_harden_probe_runs_its_variants_on_the_cpu(tmp_path: Path) -> None:
+    """benchmarks/harden_probe.py (h200.sh step harden) confines one child per variant by patching
+    the module as the variant says; its patched filter broke when ``restrict`` began passing the
+    policy's unix setting (session 17): a probe that fails on the GPU machine costs device time."""
+    from kernelpro.runner import confinement
+
+    if confinement.landlock_abi() < 1:
+        pytest.skip("needs Landlock")
+    probe = Path(__file__).resolve().parents[1] / "benchmarks" / "harden_probe.py"
+    p = subprocess.run([sys.executable, str(probe), "--out", str(tmp_path), "--device", "cpu",
+                        "--only", "none,all,all-unix-any-noconnect"], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads((tmp_path / "harden.json").read_text())["rows"]
+    assert {r["variant"]: r["ok"] for r in rows} == {"none": True, "all": True, "all-unix-any-noconnect": True}, rows
