@@ -12,7 +12,8 @@ Variants: nothing (the interpreter alone), torch imported, CUDA initialised, ``-
 memory held (and 16 times as much), ``--gb`` of pinned host memory (torch's host allocator, as runner/tensorfile.py's copy
 uses), outputs written through runner/tensorfile.py (its pinned copy), the same outputs through a
 pageable copy, a Triton kernel launched, a
-torch.profiler session (CUPTI, the timeline). Prints a markdown table of median seconds (min..max)
+torch.profiler session (CUPTI, the timeline); then the demo's kernel evaluated through kernelpro's
+own sandbox and harness, with the phases it journals. Prints a markdown table of median seconds (min..max)
 and writes DIR/teardown.json. ``--device cpu`` runs the variants that need no GPU (a smoke check).
 """
 from __future__ import annotations
@@ -98,6 +99,33 @@ def one(variant: str, gb: float, folder: str) -> dict[str, float | str]:
     return {"teardown_s": gone - stamp, "before_s": stamp - t0}
 
 
+def harness(repeats: int, device: str) -> dict[str, list[float]]:
+    """The same exit inside kernelpro: the demo's kernel evaluated ``repeats`` times through
+    runner/evaluator.py (its sandbox, confinement and harness), each outcome's own phases."""
+    from importlib import resources
+
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+    from kernelpro.runner.trace import BuildSpec, Solution, SourceFile, Workload, load_definition
+
+    demo = resources.files("kernelpro.examples") / "demo"
+    d = load_definition(Path(str(demo / "commit1" / "definitions" / "swiglu.json")))
+    src = (demo / "commit2" / "kernels" / "swiglu.py").read_text()
+    sol = Solution("teardown", d.name, "kernelpro", BuildSpec("triton", (device,), "kernels/swiglu.py::swiglu",
+                                                              destination_passing_style=False),
+                   (SourceFile("kernels/swiglu.py", src),))
+    w = Workload.make(d, {"M": 16384 if device == "cuda" else 1})
+    out: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        o = evaluate(d, sol, [w], Tolerance(), EvalSettings(device=device, trials=1))
+        for k in ("teardown", "launch", "startup", "verify", "save", "time"):
+            out.setdefault(k, []).append(float(o.phases.get(k, float("nan"))))
+        out.setdefault("wall", []).append(o.wall_seconds)
+        if not o.passed:
+            out.setdefault("errors", []).append(o.status)  # type: ignore[arg-type]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("/tmp/kernelpro-bench/teardown"))
@@ -126,8 +154,12 @@ def main() -> int:
         st = [float(r["before_s"]) for r in ok]
         print(f"| {v} | {statistics.median(td):.3f} ({min(td):.3f}..{max(td):.3f}) | {statistics.median(st):.2f} |")
         table[v] = {"teardown_s": td, "before_s": st}
+    inside = harness(a.repeats, a.device)
+    td = inside.get("teardown", [])
+    print(f"| kernelpro's evaluation of the demo (phases: {', '.join(f'{k} {statistics.median(v):.2f}' for k, v in inside.items() if k != 'errors')}) "
+          f"| {statistics.median(td):.3f} ({min(td):.3f}..{max(td):.3f}) | |")
     (a.out / "teardown.json").write_text(json.dumps({"gb": a.gb, "repeats": a.repeats, "host": os.uname().nodename,
-                                                     "variants": table}, indent=1))
+                                                     "variants": table, "harness": inside}, indent=1))
     return 0
 
 

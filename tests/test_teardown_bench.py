@@ -21,3 +21,5 @@ def test_the_cpu_variants_run_and_their_exits_are_timed(tmp_path: Path) -> None:
         assert "error" not in v, (name, v)
         assert 0 <= v["teardown_s"][0] < 10 and v["before_s"][0] > 0, (name, v)
     assert "| torch |" in p.stdout
+    inside = doc["harness"]  # the demo's kernel through kernelpro's own evaluator, its journaled phases
+    assert "errors" not in inside and len(inside["teardown"]) == 1 and 0 <= inside["teardown"][0] < 10, inside
