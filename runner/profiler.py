@@ -213,14 +213,16 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
             return child, (parse_csv(text) if child.status == "OK" else []), text
 
         child, kernels, text = attempt(True)
+        # ncu's own log only: the candidate's output is beside it in child.log, and a candidate that
+        # printed ncu's words must not buy itself waits or a note of its choosing.
         for wait in _BUSY_WAITS_S:  # another profiler held the counters: it ends soon, as ours does
-            if kernels or not counters_busy(f"{child.log}\n{text}"):
+            if kernels or not counters_busy(text):
                 break
             stages["ncu.busy_wait"] = stages.get("ncu.busy_wait", 0.0) + wait
             time.sleep(wait)
             child, kernels, text = attempt(True, fresh=True)
         # Busy counters are no less busy outside the namespaces: notes_for says what to do about them.
-        busy = not kernels and counters_busy(f"{child.log}\n{text}")
+        busy = not kernels and counters_busy(text)
         if not kernels and not busy and child.sandbox.get("network", "").startswith("isolated"):
             # ncu inside the namespaces failed: once more outside them (a verified candidate), and say
             # so, with what the first said (on the H200 the note alone could not be acted on, session 17).
@@ -246,9 +248,10 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                 harness_said.append(f"profiled call: {str(prof.get('error')).strip()[-400:]}")
             if harness_said:
                 own += "; the harness said: " + " | ".join(harness_said)
+            # ncu's words are read from its own log alone (the candidate prints beside them in child.log).
             if child.status == "OK":
-                return [], [*(notes_for(said, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]), own]
-            return [], [*(notes_for(said, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]), own]
+                return [], [*(notes_for(text, 1) or [*notes, f"ncu recorded no kernel of the candidate: {text.strip()[-300:]}"]), own]
+            return [], [*(notes_for(text, 1) or [*notes, f"ncu run failed ({child.status}): {said.strip()[-300:]}"]), own]
         return kernels, notes
 
 

@@ -479,3 +479,26 @@ def test_ncu_busy_through_every_attempt_says_what_to_do(fake_path: Path, monkeyp
     assert notes[0].startswith("ncu: another profiler (DCGM's profiling module, or another ncu) was collecting") \
         and "dcgmi profile --pause" in notes[0], notes
     assert not any("without network isolation" in n for n in notes), notes
+
+
+def test_a_candidate_printing_ncus_words_buys_no_waits_and_no_note(fake_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiled child's output sits beside ncu's in what the profiler reads back: ncu's words are
+    taken from its own log only, so a candidate that prints "concurrently collecting profiling data"
+    or ERR_NVGPUCTRPERM neither makes the profiler wait and run ncu again nor writes the report's note."""
+    from kernelpro.runner import profiler
+
+    monkeypatch.setattr(profiler, "_BUSY_WAITS_S", (0.01, 0.01, 0.01))
+    (fake_path / "busy.txt").write_text(BUSY_OUTPUT)
+    _fake_ncu(fake_path, f"""
+log=""; prev=""
+for a in "$@"; do [ "$prev" = "--log-file" ] && log="$a"; prev="$a"; done
+echo run >> "{fake_path}/runs"
+cat "{fake_path}/busy.txt"
+echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"
+echo "==WARNING== No kernels were profiled." > "$log" """)
+    stages: dict[str, float] = {}
+    kernels, notes = _profile_with_fake_ncu(fake_path, stages)
+    assert kernels == [] and "ncu.busy_wait" not in stages
+    assert len((fake_path / "runs").read_text().split()) <= 2  # the first run, and at most the one outside the namespaces
+    assert not any("another profiler" in n or "NVreg_RestrictProfilingToAdminUsers" in n for n in notes), notes
+    assert notes[0] == "ncu exited with 1: ==WARNING== No kernels were profiled.", notes  # ncu's own words
