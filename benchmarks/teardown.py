@@ -9,12 +9,12 @@ calling ``os._exit`` as the harness does; the parent measures from the stamp to 
     python3 benchmarks/teardown.py [--out DIR] [--repeats 3] [--device cuda|cpu] [--gb 2]
 
 Variants: nothing (the interpreter alone), torch imported, CUDA initialised, ``--gb`` of device
-memory held (and 16 times as much), ``--gb`` of pinned host memory (torch's host allocator, as runner/tensorfile.py's copy
-uses), outputs written through runner/tensorfile.py (its pinned copy), the same outputs through a
-pageable copy, a Triton kernel launched, a
-torch.profiler session (CUPTI, the timeline); then the demo's kernel evaluated through kernelpro's
-own sandbox and harness, with the phases it journals. Prints a markdown table of median seconds (min..max)
-and writes DIR/teardown.json. ``--device cpu`` runs the variants that need no GPU (a smoke check).
+memory held (and 16 times as much), ``--gb`` of pinned host memory (torch's host allocator, as
+runner/tensorfile.py's copy uses), outputs written through runner/tensorfile.py (its pinned copy),
+the same outputs through a pageable copy, a Triton kernel launched, a torch.profiler session (CUPTI,
+the timeline); then the demo's kernel evaluated through kernelpro's own sandbox and harness, with the
+phases it journals. Prints a markdown table of median seconds (min..max) and writes
+DIR/teardown.json. ``--device cpu`` runs the variants that need no GPU (a smoke check).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ n = int(gb * (1 << 30)) // 4
 keep = []
 if variant != "nothing":
     import torch
-if variant in ("cuda", "device", "device_big", "pinned", "tensorfile", "pageable", "triton", "profiler"):
+if variant not in ("nothing", "torch"):  # every GPU variant starts from a CUDA context
     torch.cuda.init(); keep.append(torch.ones(1, device="cuda")); torch.cuda.synchronize()
 if variant == "device":
     keep.append(torch.empty(n, device="cuda")); torch.cuda.synchronize()
@@ -53,7 +53,6 @@ if variant == "pageable":  # the same outputs copied to pageable host memory ins
         for t in outs:
             f.write(t.cpu().reshape(-1).view(torch.uint8).numpy().data)
 if variant == "triton":
-    import triton, triton.language as tl
     sys.path.insert(0, folder)
     from tdkernel import run
     run()

@@ -108,7 +108,7 @@ class Policy:
     def from_json(text: str) -> Policy:
         d = json.loads(text)
         return Policy(tuple(d["readable"]), tuple(d["writable"]), tuple(d.get("devices", ())), bool(d.get("proc")),
-                      tuple(d.get("tool_writable", ())), d.get("unix") or unix_sockets())
+                      tuple(d.get("tool_writable", ())), str(d.get("unix", UNIX_SOCKETS)))
 
 
 @dataclass(frozen=True)
@@ -453,9 +453,10 @@ class _SockFprog(ctypes.Structure):
 
 def seccomp_filter(sockets: bool = True, unix: str | None = None) -> bool:
     """Install the filter on the calling thread (and all it starts), after PR_SET_NO_NEW_PRIVS;
-    ``sockets`` False leaves socket() alone; ``unix``: the unix socket setting, this host's
-    (``unix_sockets``, which needs /dev listable: call it before Landlock) where None. False where this machine has none (the report says
-    so: ``seccomp_description``); ConfinementError where the kernel refuses it."""
+    ``sockets`` False leaves socket() alone; ``unix``: the unix socket setting, where None this
+    host's (``unix_sockets``, which needs /dev listable: call it before Landlock). False where this
+    machine has none (the report says so: ``seccomp_description``); ConfinementError where the
+    kernel refuses it."""
     arch = _seccomp_arch()
     if arch is None or seccomp_available() is not None:
         return False
