@@ -165,7 +165,7 @@ print(p.get('unix', 'none'), bool(p.get('connect')))")
       find "$out/demo" -name report.md -exec grep -h -i -E -A3 "stage 1|ncu|no kernel|reached" {} + | head -60 ;;
     integrity) KERNELPRO_ARTIFACTS="$out" timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -rA --durations=0 \
                  "$repo/tests/test_gpu.py" -k "adversarial or (forged_timings and events)" ;;
-    aa-hold20|aa-hold50|aa-hold100)  # issue 17: the A/A with the GPU's timed wait before each call (EvalSettings.hold_us)
+    aa-hold[0-9]*)  # issue 17: the A/A with the GPU's timed wait before each call (EvalSettings.hold_us)
       timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --hold-us "${1#aa-hold}" --out "$out" ;;
     confine) timeout 300 python3 "$repo/benchmarks/confinement.py" --device cuda --out "$out/confinement.json" ;;
     overhead16) timeout 300 python3 "$repo/benchmarks/overhead.py" --budget 16 --out "$out" ;;

@@ -229,15 +229,15 @@ class EvalSettings:
     """Aim for this much timed GPU work per workload."""
     reps_cpu: int = 3
     """Timed calls on the CPU, where timings only show that the code runs."""
-    hold_us: float = 0.0
+    hold_us: float = 100.0
     """Microseconds the GPU waits before each timed call's start event, after the L2 flush, so the
     host has enqueued the call before the event fires (nvbench's blocking kernel). The wait runs on
-    the GPU's global timer (runner/driver.py Hold), not for a count of SM cycles: on the H200
-    (benchmarks/results-h200-session10) a spin of 200k cycles narrowed an A/A of the demo at M=512 to
-    1.004..1.014 (0 of 25 rows called the copy faster, against 28 of 100 with none) but its length
-    followed the SM clock, which differed between the calibration and the timed phase, and the
-    parent's wall check refused an honest baseline in 3 of 4 gates. Off by default until the A/A with
-    a timed wait is measured; settable for benchmarks/evaluator.py --hold-us."""
+    the GPU's global timer (runner/driver.py Hold), not for a count of SM cycles. Without it a short
+    kernel's time included the host's launch latency whenever the GPU had drained the loop's earlier
+    work: an A/A of the demo at M=512 through the final gate called the copy faster in 34 of 100 rows
+    (speedups 0.34..2.73; 17 of 100 with 50 us), and with 100 us in 0 of 100 (0.75..1.006; repeat
+    spread 0.11 % at M=8192; no honest timing refused by the wall check in the 300 evaluations):
+    benchmarks/results-h200-session20. 0 turns it off (benchmarks/evaluator.py --hold-us 0)."""
     timing_retries: int = 1
     """Evaluations run again when the only failure is TIMING_INCONSISTENT: an honest kernel's phase can
     outgrow the harness's calibrated loop when other work takes the host or GPU meanwhile (on the

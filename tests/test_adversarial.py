@@ -665,3 +665,17 @@ def test_a_helper_that_leaves_the_group_cannot_escape_the_memory_limit(tmp_path:
     outcome, expect = judge(tmp_path, "memory_escape", memory_limit_mb=512)
     assert outcome.status == expect, outcome.log[:500]
     assert outcome.log.startswith("MEMORY_LIMIT"), outcome.log[:500]
+
+
+def test_gpu_timing_waits_on_the_gpu_before_every_timed_call_by_default(tmp_path: Path) -> None:
+    """Without the GPU's wait before each start event, a short kernel's time held the host's launch
+    latency whenever the GPU had drained the loop's earlier work: an A/A through the final gate on the
+    H200 called the copy faster in 34 of 100 rows, and 0 of 100 with a 100 us wait
+    (benchmarks/results-h200-session20). Every GPU evaluation asks for it unless told otherwise: the
+    search's, the gate's and the base comparison's settings all derive from these defaults."""
+    from kernelpro.runner.evaluator import _request
+    from kernelpro.runner.result import RunSettings
+
+    for es in (EvalSettings(device="cuda"), RunSettings().evaluation, replace(RunSettings().evaluation, reps=50, trials=5)):
+        req = _request(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), es)
+        assert req["timing"]["hold_us"] == 100.0
