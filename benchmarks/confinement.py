@@ -57,15 +57,16 @@ def _arm(confined: bool) -> None:
     confinement.allow_unconfined(not confined)
 
 
-def _once(es: EvalSettings, i: int) -> tuple[float, float, str]:
-    """One evaluation: its wall seconds, the candidate's median ms on the largest workload, and the
-    confinement the sandbox reported."""
+def _once(es: EvalSettings, i: int) -> tuple[float, float, str, dict[str, float]]:
+    """One evaluation: its wall seconds, the candidate's median ms on the largest workload, the
+    confinement the sandbox reported, and the evaluation's phases (where the cost sits)."""
     t0 = time.perf_counter()
     out = evaluate(DEFINITION, _solution(i), WORKLOADS, Tolerance(), es)
     seconds = time.perf_counter() - t0
     if not out.passed:
         raise SystemExit(f"the honest candidate did not pass: {out.status}\n{out.log[-2000:]}")
-    return seconds, out.latency(WORKLOADS[-1].uuid), str(out.environment.get("sandbox", {}).get("confinement", ""))
+    return (seconds, out.latency(WORKLOADS[-1].uuid), str(out.environment.get("sandbox", {}).get("confinement", "")),
+            dict(out.phases))
 
 
 def hodges_lehmann(confined: list[float], unconfined: list[float], resamples: int = 2000,
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         es = replace(base, fork_server=fork)
         times: dict[str, list[float]] = {"confined": [], "unconfined": []}
         kernel: dict[str, list[float]] = {"confined": [], "unconfined": []}
+        phases: dict[str, list[dict[str, float]]] = {"confined": [], "unconfined": []}
         labels: dict[str, str] = {}
         for arm in times:  # a warm-up each: the reference outputs, the fork server, the first imports
             _arm(arm == "confined")
@@ -102,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.n):
             for arm in (("confined", "unconfined") if i % 2 == 0 else ("unconfined", "confined")):
                 _arm(arm == "confined")
-                seconds, ms, labels[arm] = _once(es, i)
+                seconds, ms, labels[arm], ph = _once(es, i)
                 times[arm].append(seconds)
                 kernel[arm].append(ms)
-        row: dict[str, Any] = {"times_s": times, "kernel_ms": kernel, "confinement": labels}
+                phases[arm].append(ph)
+        row: dict[str, Any] = {"times_s": times, "kernel_ms": kernel, "phases_s": phases, "confinement": labels}
         for what, xs in (("evaluation", times), ("kernel", kernel)):
             med = {arm: statistics.median(v) for arm, v in xs.items()}
             hl, lo, hi = hodges_lehmann(xs["confined"], xs["unconfined"])
@@ -116,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"Hodges-Lehmann {100 * (hl - 1):+.1f} % (90 %: {100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f}) | "
                   f"ratio of medians {100 * (med['confined'] / med['unconfined'] - 1):+.1f} % |")
         report["ways"][way] = row
+        names = sorted({k for ps in phases.values() for ph in ps for k in ph})
+        print("    phase medians, confined / unconfined (s): " + ", ".join(
+            f"{k} {statistics.median(ph.get(k, 0.0) for ph in phases['confined']):.3f} / "
+            f"{statistics.median(ph.get(k, 0.0) for ph in phases['unconfined']):.3f}" for k in names))
         print(f"    confined as: {labels['confined']}")
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

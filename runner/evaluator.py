@@ -156,7 +156,8 @@ class Outcome:
         )
 
 
-PHASES = ("launch", "startup", "calibrate", "verify", "save", "time", "timeline", "teardown", "judge", "judge_during")
+PHASES = ("launch", "startup", "calibrate", "verify", "save", "time", "timeline", "teardown", "judge_tail", "judge",
+          "judge_during")
 """The stages an Outcome's ``phases`` may name (the child's, runner/sandbox.py's and the judge's)."""
 
 

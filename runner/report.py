@@ -170,7 +170,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             # Each value through evaluator.seconds: a journal written before the parent cleaned the
             # child's phases may hold anything (a string, NaN, a dict), and the report must not crash on it.
             **{k: round(sum(seconds(_phase(s.outcome.phases, k)) for s in result.evaluated), 2)
-               for k in ("launch", "startup", "verify", "save", "time", "teardown", "judge", "judge_during")},
+               for k in ("launch", "startup", "verify", "save", "time", "teardown", "judge_tail", "judge", "judge_during")},
             "build": round(sum(seconds(s.outcome.build_seconds) for s in result.evaluated), 2),
         },
     }

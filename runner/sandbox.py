@@ -180,8 +180,10 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         follower = threading.Thread(target=_follow, args=(during, work, stop), daemon=True) if during else None
         if follower is not None:
             follower.start()
+        exited: float | None = None
         try:
             ended = _watch(proc, deadline or (lambda: t0 + timeout_s), memory_limit_mb)
+            exited = time.time()  # the child's exit, before the judge's tail: its teardown ends here
         finally:
             stop.set()
             if follower is not None:
@@ -204,7 +206,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
         if not isinstance(doc, dict):
             return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
-        _split_wall(doc, wall0, wall1)
+        _split_wall(doc, wall0, wall1 if exited is None else exited, wall1)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
 
@@ -303,10 +305,13 @@ def _follow(during: Callable[[Path], None], work: Path, stop: threading.Event) -
             return
 
 
-def _split_wall(doc: dict[str, Any], popen: float, exited: float) -> None:
+def _split_wall(doc: dict[str, Any], popen: float, exited: float, joined: float) -> None:
     """Add to the child's own phases what only the parent sees: 'launch' (process start, sandbox and
-    the interpreter up to the harness's first line) and 'teardown' (from the result written to the
-    process gone: CUDA context destruction). Diagnostics only; nothing is decided on them."""
+    the interpreter up to the harness's first line), 'teardown' (from the result written to the
+    process gone: CUDA context destruction) and 'judge_tail' (from the exit to the end of the judging
+    that overlapped the child: once the timing phase is over the follower judges every file left in
+    one go, which session 18's journals showed inside 'teardown' when the exit was read after it).
+    Diagnostics only; nothing is decided on them."""
     clock, phases = doc.get("clock"), doc.get("phases")
     if not (isinstance(clock, dict) and isinstance(phases, dict)):
         return
@@ -314,6 +319,7 @@ def _split_wall(doc: dict[str, Any], popen: float, exited: float) -> None:
     if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
         phases["launch"] = max(0.0, started - popen)
         phases["teardown"] = max(0.0, exited - ended)
+    phases["judge_tail"] = max(0.0, joined - exited)
 
 
 @dataclass(frozen=True)
@@ -352,7 +358,10 @@ def _watch(proc: subprocess.Popen[bytes], deadline: Callable[[], float], memory_
         if reason != "exit":
             _stop(proc)
             break
-        time.sleep(0.05)
+        # Woken by the exit itself, not at the next 50 ms tick: each evaluation's "teardown" held
+        # 0-50 ms of this loop's sleep (issue 22).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)
     proc.wait()
     # Stray threads or grandchildren of the candidate die with it: nothing of it outlives the call,
     # a helper that left the group (setsid) included, where the watchdog saw it.

@@ -679,3 +679,29 @@ def test_gpu_timing_waits_on_the_gpu_before_every_timed_call_by_default(tmp_path
     for es in (EvalSettings(device="cuda"), RunSettings().evaluation, replace(RunSettings().evaluation, reps=50, trials=5)):
         req = _request(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), es)
         assert req["timing"]["hold_us"] == 100.0
+
+
+def test_the_judges_tail_after_the_exit_is_its_own_phase_not_the_childs_teardown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower judges outputs while the child runs, and once the timing phase is over it judges
+    every file left in one go. The child's exit was read after that thread was joined, so 'teardown'
+    held the judging (session 18: teardown = time + judging within 0.35 s in 9 journals). The exit is
+    read before the join now; the wait for the judge is 'judge_tail'."""
+    from kernelpro.runner import evaluator
+
+    real = evaluator._follow
+    held = {"done": False}
+
+    def slow(judges, keeper):  # type: ignore[no-untyped-def]
+        if not held["done"]:  # the first head start outlasts the child by about 3 s
+            held["done"] = True
+            import time
+
+            time.sleep(3.0)
+        real(judges, keeper)
+
+    monkeypatch.setattr(evaluator, "_follow", slow)
+    out = evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), settings(tmp_path, trials=1))
+    assert out.passed, out.log
+    assert out.phases["judge_tail"] > 1.0, out.phases
+    assert out.phases["teardown"] < out.phases["judge_tail"], out.phases
