@@ -5,13 +5,13 @@ on the H200 with the real corpus."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import string
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import benchfile
 import pytest
 
 from kernelpro.knobs import find_knobs
@@ -22,12 +22,7 @@ BENCH = Path(__file__).parents[1] / "benchmarks" / "corpus.py"
 @pytest.fixture(scope="module")
 def corpus() -> ModuleType:
     sys.path.insert(0, str(BENCH.parent))
-    spec = importlib.util.spec_from_file_location("kp_corpus_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return benchfile.load("benchmarks/corpus.py")
 
 
 def test_every_corpus_space_is_what_the_tuner_can_reach(corpus: ModuleType) -> None:

@@ -3,13 +3,12 @@ paths end to end (the LLM through the local OpenAI-compatible fake)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
+import benchfile
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,12 +16,7 @@ PROBLEMS = ROOT / "benchmarks" / "kernelbench_problems"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kp_bench_kernelbench", ROOT / "benchmarks" / "kernelbench.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return benchfile.load("benchmarks/kernelbench.py")
 
 
 kb = _load()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
+import benchfile
 import git
 import pytest
 import yaml
@@ -17,12 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kp_bench_replays", ROOT / "benchmarks" / "replays.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return benchfile.load("benchmarks/replays.py")
 
 
 rp = _load()
