@@ -14,7 +14,7 @@ from kernelpro.schema import CurvePoint, Gate, Tolerance
 from kernelpro.templates import environment
 
 from .energy import PLACEMENT
-from .evaluator import seconds
+from .evaluator import PHASES, seconds
 from .roofline import ReferenceAnalysis
 from .screen import REJECTED
 from .tools import Analysis, bound_finding, render
@@ -170,7 +170,7 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
             # Each value through evaluator.seconds: a journal written before the parent cleaned the
             # child's phases may hold anything (a string, NaN, a dict), and the report must not crash on it.
             **{k: round(sum(seconds(_phase(s.outcome.phases, k)) for s in result.evaluated), 2)
-               for k in ("launch", "startup", "verify", "save", "time", "teardown", "judge_tail", "judge", "judge_during")},
+               for k in PHASES if k not in ("calibrate", "timeline")},
             "build": round(sum(seconds(s.outcome.build_seconds) for s in result.evaluated), 2),
         },
     }

@@ -180,11 +180,10 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
         follower = threading.Thread(target=_follow, args=(during, work, stop), daemon=True) if during else None
         if follower is not None:
             follower.start()
-        exited: float | None = None
         try:
             ended = _watch(proc, deadline or (lambda: t0 + timeout_s), memory_limit_mb)
-            exited = time.time()  # the child's exit, before the judge's tail: its teardown ends here
         finally:
+            exited = time.time()  # the child's exit, before the judge's tail: its teardown ends here
             stop.set()
             if follower is not None:
                 follower.join()
@@ -206,7 +205,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
             return ChildResult("CRASHED", None, f"unreadable result ({e})\n{log}", seconds, sandbox)
         if not isinstance(doc, dict):
             return ChildResult("CRASHED", None, f"malformed result (not an object)\n{log}", seconds, sandbox)
-        _split_wall(doc, wall0, wall1 if exited is None else exited, wall1)
+        _split_wall(doc, wall0, exited, wall1)
         collected = collect(work, doc, seconds) if collect is not None else None
         return ChildResult("OK", doc, log, seconds, sandbox, collected)
 

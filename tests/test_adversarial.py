@@ -13,6 +13,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -695,8 +696,6 @@ def test_the_judges_tail_after_the_exit_is_its_own_phase_not_the_childs_teardown
     def slow(judges, keeper):  # type: ignore[no-untyped-def]
         if not held["done"]:  # the first head start outlasts the child by about 3 s
             held["done"] = True
-            import time
-
             time.sleep(3.0)
         real(judges, keeper)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import benchfile
 import pytest
@@ -17,19 +17,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench() -> ModuleType:
-    return benchfile.load("benchmarks/confinement.py")
-
-
 def test_the_hodges_lehmann_ratio_holds_where_the_ratio_of_medians_jumps() -> None:
     """Session 20's call 1 (the H200, fork server, 8 runs per arm): evaluations of about 0.67 s or
     0.88 s in both arms; 4 of the confined and 3 of the unconfined runs fell in the slow mode."""
-    bench = _bench()
+    bench = benchfile.load("benchmarks/confinement.py")
     confined = [0.6665, 0.8448, 0.8934, 0.8764, 0.7123, 0.8945, 1.1756, 0.6828]
     unconfined = [0.6209, 0.6249, 0.8821, 0.7043, 0.8779, 0.8774, 0.6688, 0.6724]
     hl, lo, hi = bench.hodges_lehmann(confined, unconfined)
-    import statistics
-
     assert statistics.median(confined) / statistics.median(unconfined) > 1.24
     assert 1.05 < hl < 1.10 and lo < hl < hi
     same = [0.7, 0.9, 0.7, 0.9]
