@@ -44,6 +44,7 @@
 #   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
 #                    the GPU waiting that many microseconds before each timed call); confine: confinement cost on the GPU (issue 18)
 #   harden ~3: benchmarks/harden_probe.py, which part of the hardened confinement stops CUDA (issue 18)
+#   harden-timing ~2: harden_probe.py --timing, where the confinement's time goes (CUDA's start, exit; issue 18)
 #   harden-on ~4: harden's pick turned on in the installed copy: GPU confinement tests, ncu, the demo under it
 #   tier-par-k: part par, only the tests KP_K selects (KP_PART_TIMEOUT, default 300 s)
 #   teardown ~1.5: issue 22, benchmarks/teardown.py: a child's exit after CUDA, device memory, pinned
@@ -138,6 +139,7 @@ step() {  # one step; its files under $base/$1
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
+    harden-timing) timeout 200 python3 "$repo/benchmarks/harden_probe.py" --timing "${KP_TIMING_N:-5}" --out "$out" ;;  # issue 18: where its time goes
     harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) set in the installed copy, then
       # the GPU confinement tests, ncu profiling and `kernelpro demo --budget 2` under it; the copy is put back after
       read -r unix connect < <(python3 -c "import json; p = json.load(open('$base/harden/harden.json')).get('pick_parts') or {}; \
