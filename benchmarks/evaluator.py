@@ -50,11 +50,19 @@ def _target(workloads: tuple[Workload, ...]) -> Target:
     return Target("swiglu", "triton", (ENTRY,), f"{ENTRY}::swiglu", definition, workloads)
 
 
-def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = False, hold: float = 0.0) -> dict[str, Any]:
+# The A/A's kernels: the demo's (one Triton launch), or the same function in two PyTorch launches
+# (silu, then the product): the 100 us wait hides the host's latency before the first launch only, so
+# the second launch's is in the timed call (session 21: a two-launch candidate of 7 us ran at 17-46 us
+# in a third of its evaluations, in both arms of benchmarks/confinement.py).
+AA_KERNELS = {"demo": None, "torch2": "import torch\n\n\ndef swiglu(a, b):\n    return torch.nn.functional.silu(a) * b\n"}
+
+
+def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = False, hold: float = 0.0,
+       kernel: str = "demo") -> dict[str, Any]:
     base = _target(())
     workloads = tuple(Workload.make(base.definition, {"M": m}, uuid=f"aa-{i}") for i in range(copies))
     target = replace(base, workloads=workloads)
-    source = (DEMO / "commit2" / ENTRY).read_text()
+    source = AA_KERNELS[kernel] or (DEMO / "commit2" / ENTRY).read_text()
     a = Candidate(_solution("A", source), None, "init", "baseline")
     b = Candidate(_solution("A-copy", source), None, "init", "the same kernel")
     # One verification trial: this part measures the gate's timing path; (c) measures verification.
@@ -70,7 +78,8 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
     faster = sum(s >= rs.gamma for s in speedups)
     return {"speedups": [round(x, 4) for x in speedups], "decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
             "gamma": rs.gamma, "speedup_min": min(speedups, default=0.0), "speedup_max": max(speedups, default=0.0),
-            "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "failures": failures}
+            "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "kernel": kernel,
+            "failures": failures}
 
 
 def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False, hold: float = 0.0) -> dict[str, Any]:
@@ -157,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aa-copies", type=int, default=25, help="workload copies per gate: decisions per gate")
     p.add_argument("--repeat-runs", type=int, default=10)
     p.add_argument("--throughput-runs", type=int, default=5)
+    p.add_argument("--aa-kernel", default="demo", choices=sorted(AA_KERNELS),
+                   help="the A/A's kernel: demo (one Triton launch) or torch2 (two PyTorch launches)")
     p.add_argument("--parts", default="aa,repeat,throughput", help="which of aa, repeat, throughput to run")
     p.add_argument("--hold-us", type=float, default=EvalSettings().hold_us,
                    help="microseconds the GPU waits before each timed call's start event (EvalSettings.hold_us)")
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         res: dict[str, Any] = {"device": args.device, "tiny": tiny, "fork_server": args.fork_server,
                                "hold_us": args.hold_us}
         fork = args.fork_server
-        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork, args.hold_us)),
+        parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork, args.hold_us, args.aa_kernel)),
                  ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork, args.hold_us)),
                  ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork)))
         chosen = set(args.parts.split(","))

@@ -42,7 +42,8 @@
 #   upstream: benchmarks/upstream.py (KP_UPSTREAM_ARGS="--kernels A,B --budget-of A=16 --anchor"): the corpus as
 #             published through kernelpro optimize, issues 19, 22 and 23's tables
 #   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
-#                    the GPU waiting that many microseconds before each timed call); confine: confinement cost on the GPU (issue 18)
+#                    the GPU waiting that many microseconds before each timed call); aa-torch2 ~1.5: the A/A of a
+#                    candidate of two PyTorch launches; confine: confinement cost on the GPU (issue 18)
 #   harden ~3: benchmarks/harden_probe.py, which part of the hardened confinement stops CUDA (issue 18)
 #   harden-timing ~2: harden_probe.py --timing, where the confinement's time goes (CUDA's start, exit; issue 18)
 #   harden-on ~4: harden's pick turned on in the installed copy: GPU confinement tests, ncu, the demo under it
@@ -137,6 +138,7 @@ step() {  # one step; its files under $base/$1
       # shellcheck disable=SC2086
       timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
+    aa-torch2) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa --aa-kernel torch2 --out "$out" ;;
     teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
     harden-timing) timeout 200 python3 "$repo/benchmarks/harden_probe.py" --timing "${KP_TIMING_N:-5}" --out "$out" ;;  # issue 18: where its time goes

@@ -526,3 +526,26 @@ def test_the_harden_probe_runs_its_variants_on_the_cpu(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads((tmp_path / "harden.json").read_text())["rows"]
     assert {r["variant"]: r["ok"] for r in rows} == {"none": True, "all": True, "all-unix-any-noconnect": True}, rows
+
+
+def test_the_harden_probes_timing_mode_times_every_variant_and_logs_the_calls_on_the_cpu(tmp_path: Path) -> None:
+    """``harden_probe.py --timing`` (h200.sh step harden-timing, session 21): every variant's child
+    confines itself and reports its stages; where a C compiler exists, calls_shim.c is built and the
+    two runs under it log their calls (here, without CUDA, the unshare's fork at least)."""
+    import shutil
+
+    from kernelpro.runner import confinement
+
+    if confinement.landlock_abi() < 1:
+        pytest.skip("needs Landlock")
+    probe = Path(__file__).resolve().parents[1] / "benchmarks" / "harden_probe.py"
+    p = subprocess.run([sys.executable, str(probe), "--out", str(tmp_path), "--device", "cpu", "--timing", "1"],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    doc = json.loads((tmp_path / "timing.json").read_text())
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert set(rows) == {"none", "landlock", "seccomp", "seccomp-connect-ok", "full", "full-connect-ok"}
+    assert all("error" not in r and r["exit"] > 0 and r["confined"] >= 0 for r in rows.values()), rows
+    assert "| full |" in p.stdout
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert set(doc["shim"]) == {"none", "full"} and all(r["calls"] for r in doc["shim"].values())
