@@ -51,9 +51,9 @@ def _target(workloads: tuple[Workload, ...]) -> Target:
 
 
 # The A/A's kernels: the demo's (one Triton launch), or the same function in two PyTorch launches
-# (silu, then the product): the 100 us wait hides the host's latency before the first launch only, so
-# the second launch's is in the timed call (session 21: a two-launch candidate of 7 us ran at 17-46 us
-# in a third of its evaluations, in both arms of benchmarks/confinement.py).
+# (silu, then the product). The GPU's 100 us wait hides the host's submission of a call only while
+# the host enqueues all of it within the wait; session 21's two-launch candidate of 7 us ran at
+# 17-46 us in a third of its evaluations, in both arms of benchmarks/confinement.py.
 AA_KERNELS = {"demo": None, "torch2": "import torch\n\n\ndef swiglu(a, b):\n    return torch.nn.functional.silu(a) * b\n"}
 
 
