@@ -459,7 +459,12 @@ class Run:
     def _analyze(self, key: str, prof: Profile, secs: float) -> None:
         """The tools' findings on a profile (and its energy proxy when energy is active), logged."""
         bottleneck = self.stage1.bottleneck if self.stage1 is not None else "unknown"
-        analysis = run_tools(prof, bottleneck, self.tools, energy=self.energy.active, stage1=self.stage1)
+        stage1 = self.stage1
+        scored = next((s for s in self.evaluated if s.candidate.key == key), None)
+        if stage1 is not None and key != self.head.key and scored is not None and scored.outcome.passed:
+            # A candidate's findings are capped by its own distance to the floor, not the PR kernel's.
+            stage1 = stage1.measured_as({w.uuid: scored.outcome.latency(w.uuid) for w in self.workloads})
+        analysis = run_tools(prof, bottleneck, self.tools, energy=self.energy.active, stage1=stage1)
         self.analyses[key] = (prof, analysis)
         if (e := self.energy.proxy(prof)) is not None:
             self.proxies[key] = e

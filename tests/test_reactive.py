@@ -166,7 +166,7 @@ def test_proactive_mode_sends_no_tools_and_injects_the_findings(
     assert "tools" not in req.body
     text = req.text()
     assert "## Automated Bottleneck Analysis (Stage 1: memory-bound)" in text
-    assert "74% of stall cycles are 'long scoreboard' stalls" in text and "Global loads are scalar" in text
+    assert "74% of stall cycles are 'long scoreboard' stalls" in text and "Global loads are 32-bit per thread" in text
     assert "Profiling tools" not in text and "call the profiling tools" not in text
     assert cand.params == {"model": MODEL, "strategy": "as the findings say"}
 

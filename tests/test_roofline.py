@@ -104,3 +104,55 @@ def test_each_gpu_gets_its_own_ceilings_and_says_where_they_come_from(gpu: str, 
 def test_an_unknown_gpu_says_its_floors_are_the_h200s() -> None:
     c = default_ceilings("NVIDIA RTX PRO 6000 Blackwell", ["float32"])
     assert c.bandwidth_gbs == 4250.0 and "is not in kernelpro's table" in c.source and "not this GPU's" in c.source
+
+
+def test_a_candidates_room_is_measured_from_its_own_median_not_the_pull_requests() -> None:
+    """Session 21, H200: the findings on the demo's winner (0.1974 ms on M=16384, the floor 0.1895 ms)
+    promised "at most 3.71x", the room of the pull request's kernel (0.7031 ms)."""
+    from kernelpro.runner.tools import counters, run_tools
+
+    a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200,
+                          measured_ms={W[0].uuid: 0.7031}, profile=_ncu(46.0, 24.0))
+    winner = a.measured_as({W[0].uuid: 0.1974})
+    assert a.max_speedup == pytest.approx(0.7031 / a.workloads[0].floor_ms)
+    assert winner.max_speedup == pytest.approx(0.1974 / a.workloads[0].floor_ms) and winner.max_speedup < 1.05
+    assert "0.1974 ms measured" in winner.bound_note() and winner.workloads[0].floor_ms == a.workloads[0].floor_ms
+    assert a.measured_as({W[0].uuid: float("inf")}).max_speedup is None  # an untimed candidate: no bound
+    # A real profile whose loads are scalar: the vectorization finding, capped by each kernel's room.
+    from test_tools import _real
+
+    prof = _real("scalar_loads")
+    pr = next(f for f in run_tools(prof, "memory", (counters.VECTORIZATION,), stage1=a).findings)
+    near = next(f for f in run_tools(prof, "memory", (counters.VECTORIZATION,), stage1=winner).findings)
+    assert pr.severity == "high" and "at most 3.71x" in pr.expected_gain
+    assert near.severity == "low" and near.evidence["severity_capped"].startswith("high -> low")
+    assert "at most 1.04x" in near.expected_gain and "within 4 % of its floor" in near.expected_gain
+
+
+def test_the_run_caps_a_profiled_candidates_findings_by_its_own_median(tmp_path) -> None:
+    """runner/optimize.Run._analyze: the pull request's kernel against its own median, a candidate
+    (the winner, profiled after the gate) against the candidate's; both logged to profiles.jsonl."""
+    import json
+    from types import SimpleNamespace
+
+    from test_tools import _real
+
+    from kernelpro.runner.optimize import Run
+    from kernelpro.runner.tools import counters
+
+    a = analyze_reference(DEF, W, flops="4*M*N", nbytes="12*M*N", ceilings=H200,
+                          measured_ms={W[0].uuid: 0.7031}, profile=_ncu(46.0, 24.0))
+
+    def scored(key: str, ms: float) -> SimpleNamespace:
+        return SimpleNamespace(candidate=SimpleNamespace(key=key),
+                               outcome=SimpleNamespace(passed=True, latency=lambda uuid: ms))
+
+    run = SimpleNamespace(stage1=a, head=SimpleNamespace(key="pr"), evaluated=[scored("pr", 0.7031), scored("win", 0.1974)],
+                          workloads=W, tools=(counters.VECTORIZATION,), energy=SimpleNamespace(active=False, proxy=lambda p: None),
+                          analyses={}, proxies={}, out_dir=tmp_path)
+    for key in ("pr", "win"):
+        Run._analyze(run, key, _real("scalar_loads"), 1.0)  # type: ignore[arg-type]
+    gains = {key: run.analyses[key][1].findings[0].expected_gain for key in ("pr", "win")}
+    assert "at most 3.71x" in gains["pr"] and "at most 1.04x" in gains["win"], gains
+    logged = [json.loads(line) for line in (tmp_path / "profiles.jsonl").read_text().splitlines()]
+    assert [r["findings"][0]["severity"] for r in logged] == ["high", "low"]

@@ -283,6 +283,24 @@ def test_vectorization() -> None:
         assert _run("vectorization", _real(case, sass=False)) is None, case
     # 32-bit loads in a barrier-bound kernel (< 1 % memory stalls): wider loads would not help.
     assert _run("vectorization", _real("barrier_stall")) is None
+    f = _check(_run("vectorization", _real("scalar_loads")), "vectorization")
+    assert f.title.startswith("Global loads are 32-bit per thread; 128-bit loads would move 4x more")
+    assert "4x fewer load instructions" in f.expected_gain
+
+
+def test_vectorization_names_the_width_the_binary_has() -> None:
+    """The demo's winner on the H200 (session 21) has 64-bit loads (two LDG.E.64), and its finding
+    said "scalar (<= 32 bits per thread) ... 4x". SYNTHETIC: the real scalar_loads profile with its
+    SASS widths replaced (no 64-bit fixture was recorded)."""
+    real = _real("scalar_loads")
+    assert real.sass is not None
+    wide = replace(real, sass=replace(real.sass, global_load_bits={64: 2}))
+    f = _check(_run("vectorization", wide), "vectorization")
+    assert f.title.startswith("Global loads are 64-bit per thread; 128-bit loads would move 2x more"), f.title
+    assert "loads 64 bits per instruction" in f.root_cause and "needs 2x the load" in f.root_cause
+    assert "2x fewer load instructions" in f.expected_gain
+    mixed = replace(real, sass=replace(real.sass, global_load_bits={32: 2, 64: 2}))
+    assert "48 bits on average" in _check(_run("vectorization", mixed), "vectorization").title
 
 
 def test_occupancy() -> None:

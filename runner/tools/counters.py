@@ -517,13 +517,22 @@ def _vector_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
         return None
     dram = ev.get("memory_throughput_pct")
     sev = "high" if dram is None or dram < th["saturated_memory_pct"] else "medium"
+    # The width the evidence shows, not an assumed 32 bits: the demo's winner on the H200 (64-bit
+    # loads) read "scalar (<= 32 bits); 4x" beside its own sass_ldg_64bit (session 21).
+    width = float(ev.get("load_width_bits") or 8.0 * float(ev.get("bytes_per_thread_per_load", 4.0)))
+    width = max(width, 8.0)
+    factor = th["target_bits"] / width
+    widths = sorted(b for b in (p.sass.global_load_bits if p.sass is not None else {}) if b < th["target_bits"])
+    what = (f"{widths[0]}-bit" if len(widths) == 1 else f"{width:.0f} bits on average") if widths else f"{width:.0f}-bit"
     return Finding(
         tool="vectorization", severity=sev,
-        title="Global loads are scalar (<= 32 bits per thread); 128-bit loads would move 4x more per instruction",
+        title=f"Global loads are {what} per thread; {th['target_bits']:.0f}-bit loads would move {factor:.3g}x more "
+              "per instruction",
         evidence=ev,
-        root_cause="Each thread loads one 32-bit element per instruction, so the kernel needs 4x the load "
-                   "instructions, LSU requests and scoreboard entries of a 128-bit (16-byte) access; with few "
-                   "bytes in flight per warp, DRAM latency is not hidden and bandwidth stays far below peak.",
+        root_cause=f"Each thread loads {width:.0f} bits per instruction, so the kernel needs {factor:.3g}x the load "
+                   f"instructions, LSU requests and scoreboard entries of a {th['target_bits']:.0f}-bit "
+                   f"({th['target_bits'] / 8:.0f}-byte) access; with few bytes in flight per warp, DRAM latency is not "
+                   "hidden and bandwidth stays below peak.",
         recommendations=(
             "Triton: raise BLOCK_SIZE relative to num_warps so each thread owns >= 4 contiguous fp32 (16 bytes), "
             "e.g. BLOCK_SIZE=1024 with num_warps=4 (8 elements/thread); keep offsets provably contiguous and "
@@ -532,7 +541,7 @@ def _vector_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
             "scalar tail loop for the remainder; process 4-8 elements per thread.",
             "Keep tensors contiguous and 16-byte aligned (torch .contiguous(); cudaMalloc is 256-byte aligned).",
         ),
-        expected_gain="1.5-4x on memory-bound elementwise kernels (4x fewer load instructions)",
+        expected_gain=f"up to {factor:.3g}x on memory-bound elementwise kernels ({factor:.3g}x fewer load instructions)",
         code_example=("# Triton\nBLOCK_SIZE, num_warps = 1024, 4\n"
                       "// CUDA\nfloat4 a = reinterpret_cast<const float4*>(x)[i]; // i < n/4"),
         source="ncu",
