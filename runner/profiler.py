@@ -196,8 +196,14 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                     # Whatever broke the standby (ncu, the wait, the candidate), one fresh child decides.
                     # ncu writes its own words (the crash, the signal) to its log file, not to stderr.
                     said = f"{taken[0].log.strip()} {_tail_of(standby.log)}".strip()
-                    notes.append(f"the standby ncu child failed ({taken[0].status}: {said[-300:]}); "
-                                 "profiled in a fresh one")
+                    if counters_busy(_tail_of(standby.log, 4000)):  # ncu's own log: not the candidate's words
+                        # Not the standby's fault: another profiler held the GPU's counters (on the H200, a
+                        # parallel test's ncu; on a runner, DCGM). The note said "failed (CRASHED: ...)".
+                        notes.append("the standby ncu child could not read the GPU's counters: another profiler "
+                                     "(DCGM's profiling module, or another ncu) held them; profiled again in a fresh one")
+                    else:
+                        notes.append(f"the standby ncu child failed ({taken[0].status}: {said[-300:]}); "
+                                     "profiled in a fresh one")
                 out = Path(tmp) / "ncu.csv"
                 out.unlink(missing_ok=True)
                 # privileged: ncu reads GPU counters with the runner's own rights, which a user namespace drops.

@@ -75,15 +75,19 @@ def outcome(r: dict[str, Any]) -> str:
 
 
 def lineage(result: Result, key: str) -> list[str]:
-    """The strategy notes from the baseline down to a candidate, oldest first; an ancestor that failed says
-    so (a repaired candidate did not do what its broken parent's note says, a rejected one never ran)."""
+    """The strategy notes from the baseline down to a candidate, oldest first, without their final
+    period (the report and the PR body join them); an ancestor that failed says so, as a step that was
+    refused and repaired (a repaired candidate did not do what its broken parent's note says, a
+    rejected one never ran). The report read "Call PyTorch's fused SiLU ... (REJECTED_STATIC,
+    repaired); then Keep the Triton kernel ...": at a glance, a winner that calls PyTorch's SiLU."""
     by_key = {s.candidate.key: s.candidate for s in result.evaluated}
     status = {s.candidate.key: s.outcome.status for s in result.evaluated}
     notes: list[str] = []
     cand = by_key.get(key)
     while cand is not None and cand.parent is not None:
         failed = cand.key != key and status.get(cand.key, "PASSED") != "PASSED"
-        notes.append(f"{cand.note.rstrip('.')} ({status[cand.key]}, repaired)" if failed else cand.note)
+        note = cand.note.strip().rstrip(".")
+        notes.append(f"tried “{note}”, refused ({status[cand.key]}) and repaired in the next step" if failed else note)
         cand = by_key.get(cand.parent)
     return notes[::-1]
 

@@ -56,7 +56,11 @@ def test_the_demonstration_refuses_the_hacks_and_repairs_with_the_reason(tmp_pat
     # the winner is the Triton rewrite; the patch keeps the kernel
     w = result["winner"]
     assert w is not None and w["note"].startswith("Keep the Triton kernel")
-    assert w["lineage"][0].endswith("(REJECTED_STATIC, repaired)")
+    assert w["lineage"][0].startswith("tried “Call PyTorch's fused SiLU")
+    assert w["lineage"][0].endswith("refused (REJECTED_STATIC) and repaired in the next step")
+    assert w["lineage"][1].startswith("Keep the Triton kernel") and not w["lineage"][1].endswith(".")
+    report = (out / "report.md").read_text()
+    assert "repaired in the next step; then Keep the Triton kernel" in report and "programs.." not in report
     patch = (out / "patch.diff").read_text()
     assert "-    BLOCK_SIZE = 64" in patch and "@triton.jit" not in patch and "silu" not in patch
     # the repair loop got the static check's reason

@@ -126,6 +126,26 @@ def test_a_standby_that_fails_gives_way_to_a_fresh_child_and_says_so(tmp_path: P
     assert len(notes) == 1 and "standby ncu child failed (CRASHED" in notes[0] and "did not connect" in notes[0], notes
 
 
+def test_a_standby_whose_ncu_found_the_counters_busy_says_so_not_crashed(tmp_path: Path, fake_ncu: Path) -> None:
+    """H200, session 21: a parallel test's ncu held the counters while the standby's ncu started, and
+    the note read "the standby ncu child failed (CRASHED: ...)". ncu's own log says why (its busy
+    message, as the H200 printed it); the note names the other profiler. A candidate printing the same
+    words does not change the note: they are read from ncu's log alone."""
+    busy = ("for a in \"$@\"; do case \"$a\" in *request.json) grep -q standby \"$a\" && "
+            "{ echo '==ERROR== Profiling failed because a driver resource was unavailable. Ensure that no other tool "
+            "(like DCGM) is concurrently collecting profiling data.' >> \"$log\"; exit 9; };; esac; done\n")
+    fake_ncu.write_text(fake_ncu.read_text().replace('exec "$@"', busy + 'exec "$@"'))
+    sb = NcuStandby(str(fake_ncu), [], timeout_s=60)
+    try:
+        kernels, notes = _ncu(DEFINITION, FAST, WORKLOAD, EvalSettings(device="cpu"), ProfileSettings(ncu_tool=str(fake_ncu)),
+                              sb.cache, {}, sb)
+    finally:
+        sb.close()
+    assert [k.name for k in kernels] == ["_swiglu_kernel"]
+    assert notes == ["the standby ncu child could not read the GPU's counters: another profiler (DCGM's profiling "
+                     "module, or another ncu) held them; profiled again in a fresh one"], notes
+
+
 STUB = """import mmap, os, pathlib, signal
 # A package whose import builds and loads a library into the Triton cache, as fla's import builds
 # and loads Triton's cuda_utils.so there (fla/utils/hardware.py asks the driver at import time).

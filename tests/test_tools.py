@@ -658,3 +658,22 @@ def test_available_skips_tools_whose_metrics_are_na() -> None:
     assert "tensor_core_generation" in {f.tool for f in sass_only.findings}
     assert sass_only.skipped["occupancy"] == "no ncu evidence"
     assert run_tools(Profile(), "memory").findings == ()
+
+
+def test_the_launch_overhead_is_a_share_of_the_time_from_the_first_launch_and_says_so() -> None:
+    """The demo's winner on the H200 read "196.8 us in kernels of 1103.2 us, launch overhead 40 %"
+    (session 21): a share of the time from the first launch on, printed beside the whole wall. The
+    timeline keeps that span, and the finding and the rendered line name it."""
+    from kernelpro.runner.tools import render
+
+    for case in ("launch_overhead", "clean", "host_bound", "many_kernels", "sync"):
+        t = _timeline(case)
+        assert 0 < t.span_us <= t.wall_us + 1e-6, (case, t)
+        assert t.kernel_us <= t.span_us * 1.01 or t.kernel_launches == 0, (case, t)
+    f = _check(_run("launch_overhead", _tl("launch_overhead")), "launch_overhead")
+    assert "of the call's time from its first launch on runs no kernel" in f.title
+    assert f.evidence["span_us"] == pytest.approx(_timeline("launch_overhead").span_us, abs=0.1)
+    t = _timeline("clean")
+    line = render(None, Profile(timeline=t), "raw").splitlines()[-1]
+    assert line.startswith("Timeline per call (under the profiler): ") and f"the call took {t.wall_us:.1f} us on the host" in line
+    assert f"{t.span_us:.1f} us of it from the first launch on, {t.launch_overhead_pct:.0f} % of that" in line

@@ -69,7 +69,8 @@ class Timeline:
     gap_threshold_us: float
     """max(1 % of wall time, 5 us), as in the paper."""
     launch_overhead_pct: float
-    """Share of wall time not covered by kernels: (wall - kernel) / wall * 100."""
+    """Share of ``span_us`` in which no kernel ran, the first kernel's own launch latency left out
+    (runner/evidence/timeline.py ``summarize``): not a share of ``wall_us``."""
     avg_launch_ns: float
     """Mean host-side launch API time."""
     syncs: int
@@ -82,6 +83,9 @@ class Timeline:
     """Bytes copied between host and device per call."""
     kernels: tuple[str, ...] = ()
     """Kernel names in launch order."""
+    span_us: float = 0.0
+    """Per call, from the first launch to the later of the last kernel's end and the call's return:
+    what ``launch_overhead_pct`` is a share of (0: recorded before it was kept)."""
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,7 @@ def summarize(events: Iterable[Mapping[str, Any]], calls: int = 1) -> Timeline:
         memcpy_d2h=round(d2h / divisor),
         memcpy_bytes=round(nbytes / divisor),
         kernels=first_names or (),
+        span_us=span,
     )
 
 

@@ -71,8 +71,9 @@ def _launch_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     speedup = 1.0 / (1.0 - min(pct, 99.0) / 100.0)
     return Finding(
         tool="launch_overhead", severity="critical" if pct > th["critical"] else "high",
-        title=f"{pct:.0f}% of the call's wall time is not kernel time (launch overhead)",
+        title=f"{pct:.0f}% of the call's time from its first launch on runs no kernel (launch overhead)",
         evidence={"launch_overhead_pct": pct, "wall_us": t.wall_us, "kernel_us": t.kernel_us,
+                  **({"span_us": round(t.span_us, 1)} if t.span_us > 0 else {}),
                   "kernel_launches": t.kernel_launches, "avg_launch_ns": t.avg_launch_ns,
                   "est_speedup": round(speedup, 2)},
         root_cause="The GPU finishes each kernel faster than the host can launch the next: Python dispatch, "
