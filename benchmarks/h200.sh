@@ -48,6 +48,8 @@
 #   harden-timing ~2: harden_probe.py --timing, where the confinement's time goes (CUDA's start, exit; issue 18)
 #   harden-on ~4: harden's pick turned on in the installed copy: GPU confinement tests, ncu, the demo under it
 #   tier-par-k: part par, only the tests KP_K selects (KP_PART_TIMEOUT, default 300 s)
+#   judge ~1: issue 22, benchmarks/judge.py: the parent's judging of 256 MB outputs step by step (read, digest,
+#                the candidate's and the reference's copies to the GPU, compare)
 #   teardown ~1.5: issue 22, benchmarks/teardown.py: a child's exit after CUDA, device memory, pinned
 #                memory, tensorfile's copy, Triton, the profiler
 #   ncu-cli ~2: `kernelpro demo --budget 1` started as `python3 -c`, its baseline's profile (issue 23)
@@ -140,6 +142,7 @@ step() {  # one step; its files under $base/$1
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     aa-torch2) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa --aa-kernel torch2 --out "$out" ;;
     teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
+    judge) timeout 200 python3 "$repo/benchmarks/judge.py" --device cuda --m 16384 --files 6 --out "$out/judge.json" ;;  # issue 22: the parent's judging, step by step
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
     harden-timing) timeout 200 python3 "$repo/benchmarks/harden_probe.py" --timing "${KP_TIMING_N:-5}" --out "$out" ;;  # issue 18: where its time goes
     harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) set in the installed copy, then
