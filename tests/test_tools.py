@@ -677,3 +677,16 @@ def test_the_launch_overhead_is_a_share_of_the_time_from_the_first_launch_and_sa
     line = render(None, Profile(timeline=t), "raw").splitlines()[-1]
     assert line.startswith("Timeline per call (under the profiler): ") and f"the call took {t.wall_us:.1f} us on the host" in line
     assert f"{t.span_us:.1f} us of it from the first launch on, {t.launch_overhead_pct:.0f} % of that" in line
+
+
+def test_occupancy_far_below_its_limit_with_many_waves_is_not_blamed_on_the_tail() -> None:
+    """The demo's winner on the H200 (session 21): achieved 70 % of 100 %, 124 waves per SM, and the
+    finding named the last partial wave as a likely cause. SYNTHETIC: the real `clean` profile (a
+    float4 copy over many waves) with its achieved occupancy lowered to 50 % (no real case has it)."""
+    real = _real("clean")
+    k = real.kernels[0]
+    low = replace(real, kernels=(replace(k, metrics={**k.metrics, ncu_tools.ACHIEVED_OCC: 50.0}),))
+    f = _check(_run("occupancy", low), "occupancy")
+    waves = float(f.evidence["waves_per_sm"])
+    assert f.title.startswith("Achieved occupancy 50% is far below") and waves >= 8
+    assert f"With {waves:.0f} waves of blocks per SM" in f.root_cause and "the tail is not the cause" in f.root_cause

@@ -654,10 +654,19 @@ def _occupancy_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     else:
         sev = "medium"
         title = f"Achieved occupancy {ach:.0f}% is far below the theoretical {theo:.0f}%"
-        cause = (
-            "Warps finish at different times (imbalanced work per block), or the last partial wave leaves SMs "
-            "half empty (tail effect), so fewer warps are resident than the limits allow."
-        )
+        waves = float(f.get("waves_per_sm") or 0.0)
+        if waves >= th["many_waves"]:
+            # The demo's winner on the H200 (124 waves per SM) was told its last partial wave might be
+            # the cause (session 21): with that many waves the tail is at most 1/waves of the time.
+            cause = (f"With {waves:.0f} waves of blocks per SM the last partial wave costs at most "
+                     f"{100 / waves:.1f} % of the time, so the tail is not the cause: warps finish at different "
+                     "times within each wave (imbalanced work per block), or blocks are so short that the SMs "
+                     "retire them faster than new ones are launched, so fewer warps are resident than the limits allow.")
+        else:
+            cause = (
+                "Warps finish at different times (imbalanced work per block), or the last partial wave leaves SMs "
+                "half empty (tail effect), so fewer warps are resident than the limits allow."
+            )
         recs = (
             "Balance work per block; make the grid a multiple of the SM count times blocks/SM, or use a "
             "persistent grid-stride loop (CUDA) / a persistent program loop over tiles (Triton).",
@@ -671,7 +680,7 @@ def _occupancy_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
 
 OCCUPANCY = ProfilingTool(
     name="occupancy", source="ncu", required=(ACHIEVED_OCC, BLOCK_SIZE, *OCC_LIMITS.values()),
-    thresholds={"critical": 25.0, "high": 50.0, "achieved_ratio_pct": 70.0, "min_waves": 1.0},
+    thresholds={"critical": 25.0, "high": 50.0, "achieved_ratio_pct": 70.0, "min_waves": 1.0, "many_waves": 8.0},
     trigger=lambda p, th: _occupancy_problem(p, th) is not None, analyze=_occupancy_analyze,
     affinity=ALL_CLASSES,
     description="Theoretical/achieved occupancy and the binding launch__occupancy_limit_*.",
