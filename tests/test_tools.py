@@ -301,6 +301,10 @@ def test_vectorization_names_the_width_the_binary_has() -> None:
     assert "2x fewer load instructions" in f.expected_gain
     mixed = replace(real, sass=replace(real.sass, global_load_bits={32: 2, 64: 2}))
     assert "48 bits on average" in _check(_run("vectorization", mixed), "vectorization").title
+    # Half the loads already 128-bit: the average (80 bits) and its factor (1.6x), never "32-bit".
+    half = replace(real, sass=replace(real.sass, global_load_bits={32: 2, 128: 2}))
+    f = _check(_run("vectorization", half), "vectorization")
+    assert "80 bits on average" in f.title and "1.6x more" in f.title, f.title
 
 
 def test_occupancy() -> None:

@@ -522,8 +522,8 @@ def _vector_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     width = float(ev.get("load_width_bits") or 8.0 * float(ev.get("bytes_per_thread_per_load", 4.0)))
     width = max(width, 8.0)
     factor = th["target_bits"] / width
-    widths = sorted(b for b in (p.sass.global_load_bits if p.sass is not None else {}) if b < th["target_bits"])
-    what = (f"{widths[0]}-bit" if len(widths) == 1 else f"{width:.0f} bits on average") if widths else f"{width:.0f}-bit"
+    widths = sorted(p.sass.global_load_bits) if p.sass is not None else []
+    what = f"{widths[0]}-bit" if len(widths) == 1 else f"{width:.0f} bits on average" if widths else f"{width:.0f}-bit"
     return Finding(
         tool="vectorization", severity=sev,
         title=f"Global loads are {what} per thread; {th['target_bits']:.0f}-bit loads would move {factor:.3g}x more "
