@@ -38,7 +38,7 @@ static void say(const char *fn, const char *arg, long ret, int err, double dt) {
 
 #define NEXT(name) static __typeof__(name) *real_##name; if (!real_##name) real_##name = dlsym(RTLD_NEXT, #name)
 
-#define OPENLIKE(name, ...)                                                    \
+#define OPENLIKE(name)                                                         \
   int name(const char *p, int f, ...) {                                        \
     NEXT(name);                               \
     mode_t m = 0; va_list a; va_start(a, f); if (f & (O_CREAT | O_TMPFILE)) m = va_arg(a, mode_t); va_end(a); \
@@ -103,7 +103,7 @@ int usleep(useconds_t u) {
 int clock_nanosleep(clockid_t c, int fl, const struct timespec *q, struct timespec *rem) {
   NEXT(clock_nanosleep);
   double s = ms(); int r = real_clock_nanosleep(c, fl, q, rem); char arg[60];
-  snprintf(arg, sizeof arg, "%ld.%09ld s", (long)q->tv_sec, q->tv_nsec);
+  snprintf(arg, sizeof arg, "%s%ld.%09ld s", fl & TIMER_ABSTIME ? "until " : "", (long)q->tv_sec, q->tv_nsec);
   say("clock_nanosleep", arg, r, 0, ms() - s); return r; }
 int nanosleep(const struct timespec *q, struct timespec *rem) {
   NEXT(nanosleep);

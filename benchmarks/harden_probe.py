@@ -90,6 +90,13 @@ def twice(x_ptr, n, BLOCK: tl.constexpr):
 """
 
 
+def _child_env(tmp: str) -> dict[str, str]:
+    """A probe child's environment: the paths it needs, and a home, temp and Triton cache in ``tmp``."""
+    env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES") if k in os.environ}
+    env.update(HOME=tmp, TMPDIR=tmp, TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
 # --timing: which part of the confinement costs time, and where (CUDA's start, the operations, exit).
 TIMING: dict[str, dict[str, bool]] = {
     "none": {},
@@ -134,8 +141,7 @@ STAGES = ("imported", "policy", "confined", "cuda_init", "first_op", "second_op"
 def timed(name: str, v: dict[str, bool], prefix: list[str], device: str, shim: str | None = None) -> dict[str, object]:
     """One run of ``CHILD_TIMING``: the seconds of each stage after the previous one, and its exit."""
     with tempfile.TemporaryDirectory(prefix="kp-harden-") as tmp:
-        env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES") if k in os.environ}
-        env.update(HOME=tmp, TMPDIR=tmp, TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1")
+        env = _child_env(tmp)
         if shim:
             env.update(LD_PRELOAD=shim, KP_SHIM_FD="2")
         t0 = time.monotonic()
@@ -185,7 +191,7 @@ def timing(n: int, prefix: list[str], out: str, device: str) -> None:
                 logs[name] = r
                 calls = r.get("calls", [])
                 print(f"--- {name} under calls_shim (cuda_init {1e3 * float(r.get('cuda_init', 0)):.1f} ms): "  # type: ignore[arg-type]
-                      f"{len(calls)} lines, the last 60 that are not the interpreter's start:", flush=True)
+                      f"{len(calls)} lines, the last 60:", flush=True)
                 print("\n".join(calls[-60:]), flush=True)
     with open(os.path.join(out, "timing.json"), "w") as f:
         json.dump({"unshare": prefix, "rows": rows, "shim": logs}, f, indent=1)
@@ -195,8 +201,7 @@ def run(name: str, v: dict[str, object], prefix: list[str], wrap: Sequence[str] 
     with tempfile.TemporaryDirectory(prefix="kp-harden-") as tmp:
         with open(os.path.join(tmp, "probe_kernel.py"), "w") as f:
             f.write(KERNEL)
-        env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES") if k in os.environ}
-        env.update(HOME=tmp, TMPDIR=tmp, TRITON_CACHE_DIR=os.path.join(tmp, "triton"), PYTHONDONTWRITEBYTECODE="1")
+        env = _child_env(tmp)
         t = time.perf_counter()
         p = subprocess.run([*prefix, *wrap, sys.executable, "-c", CHILD, json.dumps(v), tmp, device], capture_output=True,
                            text=True, env=env, timeout=240, stdin=subprocess.DEVNULL)

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict, stats = compare("out", "float32", placed[0], w[0], 1e-5, 1e-5, w64[0])
             _sync(on)
             t5 = time.perf_counter()
-            same = _identical(placed, previous)
+            _identical(placed, previous)
             _sync(on)
             t6 = time.perf_counter()
             previous = placed
@@ -91,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"the output did not pass: {verdict} {stats}")
             for k, dt in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5), strict=True):
                 steps[k].append(dt)
-            del same
     med = {k: statistics.median(v) for k, v in steps.items()}
     per_file = sum(med.values())
     mb = args.m * N * 4 / 1e6

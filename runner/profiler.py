@@ -164,6 +164,11 @@ def read_log(path: Path) -> str:
         return ""
 
 
+STANDBY_BUSY = ("the standby ncu child could not read the GPU's counters: another profiler (DCGM's profiling "
+                "module, or another ncu) held them; profiled again in a fresh one")
+"""The note of a standby whose ncu found the counters held by another profiler (its own log says so)."""
+
+
 def _ncu(definition: Definition, solution: Solution, workload: Workload, es: EvalSettings,
          ps: ProfileSettings, cache: Path, stages: dict[str, float],
          standby: NcuStandby | None = None) -> tuple[list, list[str]]:
@@ -199,8 +204,7 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                     if counters_busy(_tail_of(standby.log, 4000)):  # ncu's own log: not the candidate's words
                         # Not the standby's fault: another profiler held the GPU's counters (on the H200, a
                         # parallel test's ncu; on a runner, DCGM). The note said "failed (CRASHED: ...)".
-                        notes.append("the standby ncu child could not read the GPU's counters: another profiler "
-                                     "(DCGM's profiling module, or another ncu) held them; profiled again in a fresh one")
+                        notes.append(STANDBY_BUSY)
                     else:
                         notes.append(f"the standby ncu child failed ({taken[0].status}: {said[-300:]}); "
                                      "profiled in a fresh one")
