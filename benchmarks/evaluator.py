@@ -69,14 +69,24 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
     rs = RunSettings(gate_trials=1, evaluation=EvalSettings(device=device, cache_dir=cache, timeout_s=600, fork_server=fork,
                                                             hold_us=hold))
     speedups: list[float] = []
+    needed: list[float] = []
     failures: list[str] = []
+    passes = 0
     for _ in range(gates):
         g = _gate(target, a, b, workloads, rs)
         if not g.per_workload:
             failures.append(g.reason)
+        passes += g.passed
         speedups += [float(r["speedup"]) for r in g.per_workload]
-    faster = sum(s >= rs.gamma for s in speedups)
-    return {"speedups": [round(x, 4) for x in speedups], "decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
+        needed += [float(r.get("needed", rs.gamma)) for r in g.per_workload]
+    # 'faster' is what the gate credits a workload with: its speedup reaches gamma or the baseline's
+    # own spread where wider (runner/gate.py); 'over_gamma' the bare gamma of the gate before session 22.
+    faster = sum(s >= n for s, n in zip(speedups, needed, strict=True))
+    over_gamma = sum(s >= rs.gamma for s in speedups)
+    return {"speedups": [round(x, 4) for x in speedups], "needed": [round(x, 4) for x in needed],
+            "decisions": len(speedups), "false_faster": faster, "rate": faster / max(len(speedups), 1),
+            "over_gamma": over_gamma, "over_gamma_rate": over_gamma / max(len(speedups), 1),
+            "gates": gates, "gates_passed": passes,
             "gamma": rs.gamma, "speedup_min": min(speedups, default=0.0), "speedup_max": max(speedups, default=0.0),
             "speedup_median": statistics.median(speedups) if speedups else 0.0, "M": m, "kernel": kernel,
             "failures": failures}
@@ -213,9 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|")
     problems: list[str] = []
     if (a := res.get("aa")) is not None:
-        print(f"| A/A false 'faster' (gamma {a['gamma']}, M={a['M']}) | {a['false_faster']}/{a['decisions']} = "
-              f"{a['rate']:.1%} (speedups {a['speedup_min']:.3f}..{a['speedup_max']:.3f}) | <= 1 % | "
+        print(f"| A/A false 'faster' ({a['kernel']}, M={a['M']}; gamma {a['gamma']} or the baseline's spread) | "
+              f"{a['false_faster']}/{a['decisions']} = {a['rate']:.1%} (speedups {a['speedup_min']:.3f}.."
+              f"{a['speedup_max']:.3f}; {a['gates_passed']}/{a['gates']} gates passed) | <= 1 % | "
               f"{'yes' if a['rate'] <= 0.01 and a['decisions'] else 'NO'} |")
+        print(f"| the same speedups over the bare gamma {a['gamma']} | {a['over_gamma']}/{a['decisions']} = "
+              f"{a['over_gamma_rate']:.1%} | - | - |")
         problems += a["failures"]
         c = a.get("sm_clock", {})
         if c.get("samples"):

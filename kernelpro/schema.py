@@ -242,6 +242,8 @@ class WorkloadTiming:
     """Low end of the ratio's 95 % bootstrap interval."""
     energy_ratio_high: float | None = None
     """High end of the ratio's 95 % bootstrap interval."""
+    needed: float | None = None
+    """The speedup the gate asked for: gamma, or the PR kernel's p90/p10 where wider (runner/gate.py)."""
 
     def to_json(self) -> dict[str, Any]:
         # Energy keys only when measured: result.json says nothing of energy a run did not measure.
@@ -250,7 +252,8 @@ class WorkloadTiming:
                "candidate_ms": self.candidate_ms, "candidate_p10_ms": self.candidate_p10_ms,
                "candidate_p90_ms": self.candidate_p90_ms, "speedup": self.speedup, "speedup_low": self.speedup_low,
                "speedup_high": self.speedup_high, "n": self.n}
-        for k in ("baseline_energy_j", "candidate_energy_j", "energy_ratio", "energy_ratio_low", "energy_ratio_high"):
+        for k in ("baseline_energy_j", "candidate_energy_j", "energy_ratio", "energy_ratio_low", "energy_ratio_high",
+                  "needed"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out
@@ -280,6 +283,7 @@ class WorkloadTiming:
             energy_ratio=opt("energy_ratio", _SPEEDUP_MAX),
             energy_ratio_low=opt("energy_ratio_low", _SPEEDUP_MAX),
             energy_ratio_high=opt("energy_ratio_high", _SPEEDUP_MAX),
+            needed=opt("needed", _SPEEDUP_MAX),
         )
 
 

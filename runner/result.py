@@ -75,7 +75,7 @@ class GateResult:
     candidate: Candidate
     """The candidate."""
     passed: bool
-    """Correct on more seeds and faster than gamma on every workload."""
+    """Correct on more seeds and faster than gamma (or the baseline's p90/p10 where wider) on every workload."""
     speedup: float
     """Geometric mean over workloads of baseline median / candidate median."""
     per_workload: tuple[dict[str, Any], ...]

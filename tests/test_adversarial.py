@@ -380,6 +380,40 @@ def test_a_baseline_that_fails_in_the_gate_is_reported_with_its_log(tmp_path: Pa
     assert g.reason == "baseline failed in the gate: RUNTIME_ERROR: Traceback ... RuntimeError: CUDA error: out of memory", g.reason
 
 
+@pytest.mark.parametrize(("candidate_ms", "passes"), [(0.85, False), (0.7, True)])
+def test_the_gate_credits_no_speedup_inside_the_baselines_own_spread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, candidate_ms: float, passes: bool) -> None:
+    """On the H200 an A/A of a 7 us kernel of two PyTorch launches measured 1.09x against a copy of
+    itself, and 3 of 100 workloads passed the bare gamma 1.03 (session 22). The gate now asks, per
+    workload, for gamma or the baseline's p90/p10 where wider: 1.18x inside a 1.33 spread is none."""
+    import dataclasses
+
+    import kernelpro.runner.gate as gate_mod
+    import kernelpro.runner.optimize as opt
+    from kernelpro.runner.candidate import Candidate
+    from kernelpro.runner.evaluator import Timing
+    from kernelpro.runner.target import Target
+
+    calls: list[int] = []
+
+    def timed(*args: object) -> Outcome:
+        calls.append(1)
+        o = evaluate(*args)  # type: ignore[arg-type]
+        # B, C, B: the baseline at 1 ms with a p90/p10 of 1.2/0.9, the candidate steady at candidate_ms.
+        t = Timing(candidate_ms, candidate_ms, candidate_ms, 0.0, 50) if len(calls) == 2 else Timing(1.0, 0.9, 1.2, 0.1, 50)
+        return dataclasses.replace(o, results=tuple(dataclasses.replace(r, timing=t) for r in o.results))
+
+    monkeypatch.setattr(gate_mod, "evaluate", timed)
+    target = Target("swiglu", "python", ("cand.py",), "cand.py::run", SWIGLU, tuple(LOADS))
+    base = Candidate(candidate("base", PY_TORCH), None, "init", "baseline")
+    g = opt._gate(target, base, base, tuple(LOADS), opt.RunSettings(gate_trials=2, evaluation=settings(tmp_path)))
+    assert [round(r["needed"], 3) for r in g.per_workload] == [1.333] * len(LOADS)
+    assert g.passed is passes, g.reason
+    if not passes:
+        assert g.reason.startswith("not faster than 1.03x, or the baseline's own timing spread (p90/p10) where wider")
+        assert f"{LOADS[0].uuid}: 1.176x, needs 1.333x" in g.reason
+
+
 _DRIVER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
