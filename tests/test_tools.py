@@ -272,6 +272,9 @@ def test_vectorization() -> None:
         f = _check(_run("vectorization", _real("scalar_loads", sass=sass)), "vectorization")
         assert f.severity == "high"  # 48 % of DRAM peak
         assert any("float4" in r for r in f.recommendations)
+        # Not only fp32: a bf16 kernel's reader learns that 16 bytes are 8 of its elements.
+        assert any("8 fp16/bf16" in r for r in f.recommendations) and any("uint4" in r for r in f.recommendations)
+        assert not any("4 contiguous fp32" in r for r in f.recommendations)
     assert (
         _check(_run("vectorization", _real("scalar_loads")), "vectorization").evidence[
             "sass_ldg_32bit"

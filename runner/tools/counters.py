@@ -211,7 +211,7 @@ _STALL_CAUSE = {
 _STALL_RECS: dict[str, tuple[str, ...]] = {
     "long_scoreboard": (
         "Move more bytes per instruction and keep more loads in flight: Triton: raise BLOCK_SIZE (and keep "
-        "num_warps so each thread owns >= 4 contiguous fp32 = 16 bytes) so every thread issues 128-bit loads; "
+        "num_warps so each thread owns >= 16 contiguous bytes: 4 fp32, 8 fp16/bf16, 16 fp8) so every thread issues 128-bit loads; "
         "CUDA: use float4/uint4 loads and process several elements per thread (grid-stride loop, unrolled).",
         "Prefetch the next tile while computing the current one: Triton: num_stages=3-4 in the autotune "
         "configs of a tl.dot loop; CUDA: cp.async double buffering (Ampere+) or TMA (cp.async.bulk) on Hopper.",
@@ -248,7 +248,7 @@ _STALL_RECS: dict[str, tuple[str, ...]] = {
     ),
     "lg_throttle": (
         "Vectorise global accesses so one instruction moves 16 bytes per thread: CUDA float4 loads; Triton "
-        "a BLOCK_SIZE / num_warps ratio giving each thread >= 4 contiguous fp32 elements.",
+        "a BLOCK_SIZE / num_warps ratio giving each thread >= 16 contiguous bytes (4 fp32, 8 fp16/bf16, 16 fp8).",
         "Remove register spills (local memory traffic shares this queue).",
     ),
     "memory_throttle": (
@@ -318,7 +318,8 @@ def _warp_stall_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
     sev = "critical" if value >= th["critical"] else "high"
     code = None
     if dominant in ("long_scoreboard", "lg_throttle"):
-        code = ("# Triton: one program handles a 1024-wide block, 4 warps -> 8 fp32 per thread (2x 128-bit loads)\n"
+        code = ("# Triton: one program handles a 1024-wide block, 4 warps -> 8 elements per thread (2x 128-bit loads\n"
+                "# of fp32, one of fp16/bf16)\n"
                 "BLOCK_SIZE, num_warps = 1024, 4\n"
                 "// CUDA: float4 loads\n"
                 "float4 v = reinterpret_cast<const float4*>(x)[i];")
@@ -534,16 +535,17 @@ def _vector_analyze(p: Profile, th: Mapping[str, float]) -> Finding | None:
                    f"({th['target_bits'] / 8:.0f}-byte) access; with few bytes in flight per warp, DRAM latency is not "
                    "hidden and bandwidth stays below peak.",
         recommendations=(
-            "Triton: raise BLOCK_SIZE relative to num_warps so each thread owns >= 4 contiguous fp32 (16 bytes), "
-            "e.g. BLOCK_SIZE=1024 with num_warps=4 (8 elements/thread); keep offsets provably contiguous and "
-            "aligned (tl.multiple_of / tl.max_contiguous on offsets, sizes divisible by 16).",
-            "CUDA: load float4/int4 (or __half2 x4) through reinterpret_cast on 16-byte aligned pointers, with a "
-            "scalar tail loop for the remainder; process 4-8 elements per thread.",
+            "Triton: raise BLOCK_SIZE relative to num_warps so each thread owns >= 16 contiguous bytes (4 fp32, "
+            "8 fp16/bf16, 16 fp8), e.g. BLOCK_SIZE=1024 with num_warps=4 (8 elements/thread); keep offsets "
+            "provably contiguous and aligned (tl.multiple_of / tl.max_contiguous on offsets, sizes divisible by 16).",
+            "CUDA: load 16 bytes per thread through reinterpret_cast on 16-byte aligned pointers (float4 for fp32; "
+            "uint4 read as 4 __half2 or __nv_bfloat162 for fp16/bf16), with a scalar tail loop for the remainder.",
             "Keep tensors contiguous and 16-byte aligned (torch .contiguous(); cudaMalloc is 256-byte aligned).",
         ),
         expected_gain=f"up to {factor:.3g}x on memory-bound elementwise kernels ({factor:.3g}x fewer load instructions)",
         code_example=("# Triton\nBLOCK_SIZE, num_warps = 1024, 4\n"
-                      "// CUDA\nfloat4 a = reinterpret_cast<const float4*>(x)[i]; // i < n/4"),
+                      "// CUDA, fp32 (fp16/bf16: uint4, 8 elements)\nfloat4 a = reinterpret_cast<const float4*>(x)[i]; "
+                      "// i < n/4"),
         source="ncu",
     )
 
