@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tensorfile
-from .sandbox import ChildResult, read_capped, run_child
+from .sandbox import ChildResult, read_capped_pages, run_child
 from .target import Tolerance
 from .timekeeper import OP_NAME, Timekeeper, digest_of
 from .trace import (
@@ -363,7 +363,7 @@ def _load(path: Path, cap: int) -> Any:
     ``cap`` bytes, never through a symlink or from a FIFO): never a memory map of a file the child
     still owns, which it could truncate under us (SIGBUS); its tensors are views of that copy. Raises
     OSError, or TensorFileError (a ValueError) naming what is wrong with a file it did not write."""
-    return tensorfile.read(read_capped(path, cap), path.name)
+    return tensorfile.read(read_capped_pages(path, cap), path.name)
 
 
 def _output_elements(req: Mapping[str, Any], wide: bool) -> int:

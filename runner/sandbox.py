@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -217,9 +218,37 @@ def read_capped(path: Path, cap: int) -> bytearray:
     """A file a child wrote, read whole into this process's memory: never through a symlink, never
     a FIFO or device (opened non-blocking, then it must be a regular file), at most ``cap`` bytes.
     Nothing the child does to the file afterwards (truncating it, say) can reach this process, as it
-    could through a memory map (SIGBUS). Read straight into one buffer of the size the file had
-    (outputs are hundreds of megabytes: no second copy), which tensors can then view
-    (runner/tensorfile.py). Raises OSError (ValueError included) on each refusal."""
+    could through a memory map (SIGBUS). Raises OSError (ValueError included) on each refusal."""
+    view = _read_whole(path, cap, bytearray)
+    # The bytearray itself, unless the file shrank while it was read (then a copy of what was there).
+    return view.obj if isinstance(view.obj, bytearray) and len(view) == len(view.obj) else bytearray(view)
+
+
+def read_capped_pages(path: Path, cap: int) -> memoryview:
+    """:func:`read_capped` for outputs of hundreds of megabytes, which tensors then view
+    (runner/tensorfile.py): read straight into fresh anonymous pages of this process, not a bytearray,
+    which Python zero-fills before the read: that fill was three quarters of reading a 268 MB file
+    (0.136 of 0.18 s here, session 22). The pages are this process's own memory, filled by a copy:
+    the file's later fate cannot reach them, as with :func:`read_capped`."""
+    return _read_whole(path, cap, _fresh_pages)
+
+
+def _fresh_pages(size: int) -> memoryview:
+    # The kernel hands out zeroed pages on first touch, which the read's copy is: no second pass.
+    # Private (a shared anonymous map is shmem, slower to fault) and in huge pages where the kernel
+    # allows them on request (THP "madvise", the common default), as numpy does for large arrays:
+    # 268 MB read in 0.04 s, against 0.137 s in 4 kB pages and 0.184 s into a bytearray (2 cores here).
+    if not size:
+        return memoryview(bytearray())
+    pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):  # THP off: 4 kB pages, still no zero-fill pass
+            pages.madvise(mmap.MADV_HUGEPAGE)
+    return memoryview(pages)
+
+
+def _read_whole(path: Path, cap: int, alloc: Callable[[int], Any]) -> memoryview:
+    """The file's bytes in a buffer of ``alloc(size)``, truncated or grown as the file was meanwhile."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -227,23 +256,22 @@ def read_capped(path: Path, cap: int) -> bytearray:
             raise OSError(f"{path.name} is not a regular file")
         if st.st_size > cap:
             raise OSError(f"{path.name} holds {st.st_size} bytes, more than the {cap} its contents can need")
-        buf = bytearray(st.st_size)
+        view = memoryview(alloc(st.st_size))
         got = 0
-        with memoryview(buf) as view:
-            while got < len(buf):
-                n = os.readv(fd, [view[got : got + (1 << 26)]])
-                if not n:
-                    break
-                got += n
-        if got < len(buf):  # truncated while it was read: what was there
-            del buf[got:]
-            return buf
+        while got < len(view):
+            n = os.readv(fd, [view[got : got + (1 << 26)]])
+            if not n:
+                break
+            got += n
+        if got < len(view):  # truncated while it was read: what was there
+            return view[:got]
+        grown = bytearray()
         while True:  # grown since: at most the cap in all
-            chunk = os.read(fd, min(1 << 24, cap + 1 - len(buf)))
+            chunk = os.read(fd, min(1 << 24, cap + 1 - len(view) - len(grown)))
             if not chunk:
-                return buf
-            buf += chunk
-            if len(buf) > cap:
+                return memoryview(bytearray(view) + grown) if grown else view
+            grown += chunk
+            if len(view) + len(grown) > cap:
                 raise OSError(f"{path.name} grew past {cap} bytes while it was read")
     finally:
         os.close(fd)

@@ -83,14 +83,16 @@ def write(values: Sequence[Any], path: Path) -> None:
             at = offset + t.numel() * t.element_size()
 
 
-def read(data: bytearray, name: str = "outputs") -> list[Any]:
-    """The values in ``data`` (a whole file's bytes); each tensor a view of ``data``. Raises
-    TensorFileError saying what is wrong, for any file this module would not have written."""
+def read(data: bytearray | memoryview, name: str = "outputs") -> list[Any]:
+    """The values in ``data`` (a whole file's bytes, as runner/sandbox.py's ``read_capped`` or
+    ``read_capped_pages`` read them); each tensor a view of ``data``. Raises TensorFileError saying
+    what is wrong, for any file this module would not have written."""
     def bad(why: str) -> TensorFileError:
         return TensorFileError(f"{name} is not an outputs file kernelpro wrote: {why}")
 
-    if not isinstance(data, bytearray):
-        raise TypeError("read() takes a bytearray: tensors are views of it, and a view needs writable memory")
+    if not isinstance(data, bytearray | memoryview) or memoryview(data).readonly:
+        raise TypeError("read() takes a bytearray or a writable memoryview: tensors are views of it, and a view "
+                        "needs writable memory")
     head = len(MAGIC) + 8
     if len(data) < head or data[: len(MAGIC)] != MAGIC:
         raise bad("no header")
@@ -98,7 +100,7 @@ def read(data: bytearray, name: str = "outputs") -> list[Any]:
     if size > min(MAX_HEADER, len(data) - head):
         raise bad(f"a header of {size} bytes")
     try:
-        doc = json.loads(data[head : head + size])
+        doc = json.loads(bytes(data[head : head + size]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise bad(f"its header is not JSON ({e})") from None
     items = doc.get("items") if isinstance(doc, dict) else None
@@ -120,7 +122,7 @@ def read(data: bytearray, name: str = "outputs") -> list[Any]:
     return out
 
 
-def _tensor(data: bytearray, start: int, item: dict[str, Any], k: int, bad: Any) -> torch.Tensor:
+def _tensor(data: bytearray | memoryview, start: int, item: dict[str, Any], k: int, bad: Any) -> torch.Tensor:
     dtype = DTYPES.get(item["tensor"]) if isinstance(item["tensor"], str) else None
     shape, offset, nbytes = item.get("shape"), item.get("offset"), item.get("nbytes")
     if dtype is None:

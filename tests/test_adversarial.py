@@ -500,13 +500,16 @@ def test_truncating_an_output_file_cannot_crash_the_parent(tmp_path: Path) -> No
     assert res["status"] == fixture("truncate_outputs")[1], res
 
 
-def test_the_parent_reads_a_childs_file_only_as_a_capped_regular_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pages", [False, True], ids=["bytearray", "pages"])
+def test_the_parent_reads_a_childs_file_only_as_a_capped_regular_file(tmp_path: Path, pages: bool) -> None:
     """No symlink followed (to a secret, or /dev/zero), no FIFO waited on, no file larger than its
-    contents can need: each is refused with an error the judge turns into a verdict."""
+    contents can need: each is refused with an error the judge turns into a verdict. The same for
+    the outputs' reader into fresh pages (read_capped_pages)."""
     import os
 
-    from kernelpro.runner.sandbox import read_capped
+    from kernelpro.runner import sandbox
 
+    read_capped = sandbox.read_capped_pages if pages else sandbox.read_capped
     (tmp_path / "ok").write_bytes(b"x" * 100)
     assert read_capped(tmp_path / "ok", 100) == b"x" * 100
     with pytest.raises(OSError, match="more than"):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from kernelpro.runner import tensorfile
-from kernelpro.runner.sandbox import read_capped
+from kernelpro.runner.sandbox import read_capped, read_capped_pages
 from kernelpro.runner.tensorfile import ALIGN, MAGIC, TensorFileError
 
 
@@ -41,9 +42,10 @@ def test_shapes_strides_numbers_and_other_values(tmp_path: Path) -> None:
     assert got[7] == {"not_a_tensor": "str"} and torch.equal(got[8], base[:, ::2])
 
 
-def test_tensors_are_views_of_the_buffer_the_parent_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reader", [read_capped, read_capped_pages])
+def test_tensors_are_views_of_the_buffer_the_parent_read(tmp_path: Path, reader: Any) -> None:
     tensorfile.save([torch.ones(1000), torch.zeros(10, dtype=torch.float64)], tmp_path / "o")
-    data = read_capped(tmp_path / "o", 1 << 20)
+    data = reader(tmp_path / "o", 1 << 20)
     a, b = tensorfile.read(data)
     assert (b.data_ptr() - a.data_ptr()) % ALIGN == 0 and b.shape == (10,)  # aligned offsets of the one buffer
     start = len(data) - 80 - 4000 - (-4000 % ALIGN)
@@ -80,3 +82,23 @@ def test_a_file_it_did_not_write_is_refused_by_what_is_wrong(data: bytearray, sa
 def test_read_takes_a_writable_buffer_only() -> None:
     with pytest.raises(TypeError, match="bytearray"):
         tensorfile.read(bytes(_file([])))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="writable memoryview"):
+        tensorfile.read(memoryview(bytes(_file([]))))
+
+
+def test_the_judges_pages_outlive_every_name_but_the_tensors(tmp_path: Path) -> None:
+    """The evaluator reads outputs into anonymous pages of its own (read_capped_pages), which the
+    tensors view: they must keep the pages mapped after the buffer's last name is gone (an unmapped
+    view would crash the parent), and the pages must be private: another map of the file is not them."""
+    import gc
+
+    tensorfile.save([torch.arange(1 << 20, dtype=torch.float32)], tmp_path / "o")
+    (t,) = tensorfile.read(read_capped_pages(tmp_path / "o", 1 << 30))
+    gc.collect()
+    churn = [bytearray(1 << 22) for _ in range(8)]
+    assert float(t[-1]) == (1 << 20) - 1 and len(churn) == 8
+    tensorfile.save([torch.zeros(1 << 20)], tmp_path / "o")  # the child rewrites its file afterwards
+    assert float(t[-1]) == (1 << 20) - 1
+    assert len(read_capped_pages(tmp_path / "o", 1 << 30)) == (tmp_path / "o").stat().st_size
+    (tmp_path / "empty").write_bytes(b"")
+    assert len(read_capped_pages(tmp_path / "empty", 1)) == 0
