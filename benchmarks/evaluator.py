@@ -108,13 +108,14 @@ def repeat(device: str, runs: int, m: int, cache: Path, fork: bool = False, hold
     return {"runs": len(medians), "medians_ms": medians, "spread": spread, "M": m, "failures": failures}
 
 
-def throughput(device: str, runs: int, m: int, tmp: Path, fork: bool = False) -> dict[str, Any]:
+def throughput(device: str, runs: int, m: int, tmp: Path, fork: bool = False, timeline: bool = False) -> dict[str, Any]:
     target = _target(())
     w = [Workload.make(target.definition, {"M": m}, uuid=f"thr-{m}")]
     source = (DEMO / "commit2" / ENTRY).read_text()
     walls, phases, failures = [], [], []
     for i in range(runs + 1):  # the first pays for the reference child too; it is reported apart
-        es = EvalSettings(device=device, trials=5, cache_dir=tmp / f"cold-cache-{i}", timeout_s=600, fork_server=fork)
+        es = EvalSettings(device=device, trials=5, cache_dir=tmp / f"cold-cache-{i}", timeout_s=600, fork_server=fork,
+                          timeline=timeline)
         t0 = time.perf_counter()
         o = evaluate(target.definition, _solution(f"thr{i}", source), w, Tolerance(), es)
         walls.append(time.perf_counter() - t0)
@@ -124,7 +125,7 @@ def throughput(device: str, runs: int, m: int, tmp: Path, fork: bool = False) ->
             failures.append(f"{o.status}: {o.log[-300:]}")
     steady = walls[1:]
     return {"runs": len(steady), "median_s": statistics.median(steady), "first_with_reference_s": walls[0],
-            "walls_s": walls, "phases": phases, "M": m, "trials": 5, "failures": failures}
+            "walls_s": walls, "phases": phases, "M": m, "trials": 5, "failures": failures, "timeline": timeline}
 
 
 class Clocks:
@@ -179,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aa-kernel", default="demo", choices=sorted(AA_KERNELS),
                    help="the A/A's kernel: demo (one Triton launch) or torch2 (two PyTorch launches)")
     p.add_argument("--parts", default="aa,repeat,throughput", help="which of aa, repeat, throughput to run")
+    p.add_argument("--throughput-timeline", action="store_true",
+                   help="the throughput's evaluations also record the launch timeline, as a search's new best does "
+                        "(EvalSettings.timeline; GPU only): its phase, CUPTI's start-up mostly, in the phases")
     p.add_argument("--hold-us", type=float, default=EvalSettings().hold_us,
                    help="microseconds the GPU waits before each timed call's start event (EvalSettings.hold_us)")
     p.add_argument("--fork-server", action=argparse.BooleanOptionalAction, default=True,
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         fork = args.fork_server
         parts = (("aa", lambda: aa(args.device, gates, copies, m_aa, cache, fork, args.hold_us, args.aa_kernel)),
                  ("repeat", lambda: repeat(args.device, reps, m_rep, cache, fork, args.hold_us)),
-                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork)))
+                 ("throughput", lambda: throughput(args.device, thr, m_thr, Path(tmp), fork, args.throughput_timeline)))
         chosen = set(args.parts.split(","))
         if chosen - {"aa", "repeat", "throughput"}:
             p.error(f"--parts: unknown {sorted(chosen - {'aa', 'repeat', 'throughput'})}")
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| full evaluation, small Triton kernel (M={t['M']}, 5 trials, cold Triton cache) | "
               f"{t['median_s']:.2f} s median (first, with the reference child: {t['first_with_reference_s']:.2f} s) | "
               f"<= 5 s | {'yes' if t['median_s'] <= 5 else 'NO'} |")
+        if spent := [ph["timeline"] for ph in t["phases"][1:] if "timeline" in ph]:
+            print(f"| of which the launch timeline (--throughput-timeline) | {statistics.median(spent):.2f} s median "
+                  f"of {len(spent)} | - | - |")
         problems += t["failures"]
     for f in problems:
         print(f"\nFAILED EVALUATION: {f}", file=sys.stderr)

@@ -44,6 +44,7 @@
 #   aa ~1.5: benchmarks/evaluator.py A/A and repeat spread (issue 17; aa-hold20, aa-hold50, aa-hold100: with
 #                    the GPU waiting that many microseconds before each timed call); aa-torch2 ~1.5: the A/A of a
 #                    candidate of two PyTorch launches; confine: confinement cost on the GPU (issue 18)
+#   timeline-cost ~3: issue 22, the demo kernel's evaluations with and without the launch timeline
 #   harden ~3: benchmarks/harden_probe.py, which part of the hardened confinement stops CUDA (issue 18)
 #   harden-timing ~2: harden_probe.py --timing, where the confinement's time goes (CUDA's start, exit; issue 18)
 #   harden-on ~4: harden's pick turned on in the installed copy: GPU confinement tests, ncu, the demo under it
@@ -141,6 +142,9 @@ step() {  # one step; its files under $base/$1
       timeout "${KP_UPSTREAM_TIMEOUT:-530}" python3 "$repo/benchmarks/upstream.py" --out "$out" ${KP_UPSTREAM_ARGS:-} ;;
     aa) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa,repeat --out "$out" ;;
     aa-torch2) timeout 200 python3 "$repo/benchmarks/evaluator.py" --parts aa --aa-kernel torch2 --out "$out" ;;
+    timeline-cost)  # issue 22: the launch timeline's share of an evaluation (CUPTI's start-up), with and without
+      timeout 150 python3 "$repo/benchmarks/evaluator.py" --parts throughput --throughput-timeline --out "$out/with"
+      timeout 120 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out/without" ;;
     teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
     judge) timeout 200 python3 "$repo/benchmarks/judge.py" --device cuda --m 16384 --files 6 --out "$out/judge.json" ;;  # issue 22: the parent's judging, step by step
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
