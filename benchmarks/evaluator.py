@@ -78,7 +78,7 @@ def aa(device: str, gates: int, copies: int, m: int, cache: Path, fork: bool = F
             failures.append(g.reason)
         passes += g.passed
         speedups += [float(r["speedup"]) for r in g.per_workload]
-        needed += [float(r.get("needed", rs.gamma)) for r in g.per_workload]
+        needed += [float(r["needed"]) for r in g.per_workload]
     # 'faster' is what the gate credits a workload with: its speedup reaches gamma or the baseline's
     # own spread where wider (runner/gate.py); 'over_gamma' the bare gamma of the gate before session 22.
     faster = sum(s >= n for s, n in zip(speedups, needed, strict=True))

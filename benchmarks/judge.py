@@ -8,7 +8,7 @@ exited, against 53.3 s of child wall. Each evaluation writes one file per trial 
 the search) and one per kept timed call, for each workload. At M=16384 each file is 256 MB. This times
 the parent's steps on files of that size, through the evaluator's own functions:
 
-- read: ``_load`` (``read_capped`` into one buffer, tensorfile's views of it);
+- read: ``_load`` (``read_capped_pages`` into fresh pages of its own, tensorfile's views of them);
 - digest: ``digest_of`` (the committed digest of a timed call, recomputed on the host);
 - place: ``_placed`` (to the judge's device: the candidate's output, then the reference and its float64);
 - compare: ``comparison.compare`` on the judge's device;

@@ -65,6 +65,12 @@ class Timing:
     """'events' (CUDA events around each call), 'cuda_graph' (around each replay of the call captured
     as a graph: no host launch overhead), 'events (CUDA graph capture failed: why)', or 'cpu'."""
 
+    @property
+    def spread(self) -> float:
+        """p90 / p10, the calls' own noise (nan when p10 is not positive): what the gate, the guard
+        shapes and the search's ties take as the margin beyond gamma (runner/energy timing_noise)."""
+        return self.p90_ms / self.p10_ms if self.p10_ms > 0 else math.nan
+
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Timing:
         mode = d.get("mode", "events")

@@ -91,7 +91,7 @@ def gate(target: Target, base: Candidate, cand: Candidate, workloads: tuple[Work
         # A speedup inside the baseline's own spread is not one: an A/A of a 7 us kernel of two PyTorch
         # launches measured 1.09x on a copy of itself (benchmarks/results-h200-session22). The margin
         # is the guard's and the search's tie (runner/energy/objective.timing_noise), per workload.
-        need = timing_noise(s.gamma, [t.p90_ms / t.p10_ms for t in bt if t.p10_ms > 0])
+        need = timing_noise(s.gamma, [t.spread for t in bt])
         if sp < need:
             ok = False
             short.append(f"{w.uuid}: {sp:.3f}x, needs {need:.3f}x")

@@ -296,7 +296,7 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
         # charges a slowdown only against the slower one.
         b_slow = max(x.median_ms for x in bt)
         sp = b_slow / t.median_ms
-        noise = timing_noise(gamma, [x.p90_ms / x.p10_ms for x in bt if x.p10_ms > 0])
+        noise = timing_noise(gamma, [x.spread for x in bt])
         verdict = "slower" if sp * noise < 1.0 else "ok"
         rows_out.append({**shown(s), "baseline_ms": b_slow, "candidate_ms": t.median_ms, "speedup": sp,
                          "noise": noise, "n": t.n, "verdict": verdict})

@@ -69,7 +69,7 @@ def geomean_speedup(baseline: Outcome, cand: Outcome, workloads: tuple[Workload,
 
 
 def _spreads(outcome: Outcome) -> list[float]:
-    return [r.timing.p90_ms / r.timing.p10_ms for r in outcome.results if r.timing is not None and r.timing.p10_ms > 0]
+    return [r.timing.spread for r in outcome.results if r.timing is not None]
 
 
 def resolve(settings: RunSettings, target: Target, head_checkout: Path, out_dir: Path) -> RunSettings:

@@ -200,12 +200,12 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
                 if standby is not None and taken is not None:
                     # Whatever broke the standby (ncu, the wait, the candidate), one fresh child decides.
                     # ncu writes its own words (the crash, the signal) to its log file, not to stderr.
-                    said = f"{taken[0].log.strip()} {_tail_of(standby.log)}".strip()
                     if counters_busy(_tail_of(standby.log, 4000)):  # ncu's own log: not the candidate's words
                         # Not the standby's fault: another profiler held the GPU's counters (on the H200, a
                         # parallel test's ncu; on a runner, DCGM). The note said "failed (CRASHED: ...)".
                         notes.append(STANDBY_BUSY)
                     else:
+                        said = f"{taken[0].log.strip()} {_tail_of(standby.log)}".strip()
                         notes.append(f"the standby ncu child failed ({taken[0].status}: {said[-300:]}); "
                                      "profiled in a fresh one")
                 out = Path(tmp) / "ncu.csv"
