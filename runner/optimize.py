@@ -288,7 +288,10 @@ class Run:
         """The final gate over the best candidates in rank order: the winner, every attempt, the energy record."""
         s = self.settings
         # Active: the reward (speed, then the proxy within the noise) orders the gate; otherwise speed alone.
-        ranked = sorted((x for x in self.evaluated[1:] if x.outcome.passed and x.speedup > 1.0),
+        # Only candidates at gamma or more in the search: the gate asks at least that of every workload,
+        # and refusing one costs three fresh processes (~80 s for Liger's SwiGLU on the H200, where three
+        # candidates at 1.01x took 240 s of a 403 s run; benchmarks/results-h200-session23).
+        ranked = sorted((x for x in self.evaluated[1:] if x.outcome.passed and x.speedup >= s.gamma),
                         key=lambda x: -self.energy.rank(x))
         gates: list[GateResult] = []
         passing: list[GateResult] = []

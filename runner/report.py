@@ -89,6 +89,10 @@ def outcome(r: dict[str, Any]) -> str:
                     + ". Run with `--programmer llm` to let a model rewrite the kernel, or expose the launch "
                       "parameters (BLOCK sizes as tl.constexpr arguments, num_warps at the launch).")
         return f"The programmer ({who}) proposed no candidate, so nothing was tried and no final gate ran" + (f": {why}." if why else ".")
+    best = max((c["best_speedup"] for c in r["curve"]), default=1.0)
+    if best > 1.0:
+        return (f"No candidate reached the final gate's {r['gamma']:.2f}x in the search (the best: {best:.3f}x), "
+                f"so no final gate ran ({r['stop_reason']}).")
     return f"No candidate was faster than it in the search, so no final gate ran ({r['stop_reason']})."
 
 
@@ -136,6 +140,8 @@ def summary(result: Result, settings: RunSettings) -> dict[str, Any]:
         "statuses": dict(statuses),
         "stop_reason": result.stop_reason,
         "seconds": round(result.seconds, 2),
+        # The speedup the final gate asks of every workload at least (and the search of a candidate it gates).
+        "gamma": settings.gamma,
         "baseline": {"status": result.baseline.outcome.status, "log": result.baseline.outcome.log[:2000],
                      "log_tail": log_tail(result.baseline.outcome.log),
                      "warnings": list(result.baseline.outcome.warnings),
