@@ -66,7 +66,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from .pysource import import_aliases, triton_decorator
+from .pysource import dotted, import_aliases, triton_decorator
 
 __all__ = [
     "DEFAULT_NUM_STAGES",
@@ -509,6 +509,51 @@ def _walk_own_scope(nodes: Sequence[ast.AST]) -> Iterator[ast.AST]:
         yield node
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             stack.extend(ast.iter_child_nodes(node))
+
+
+# Called by name inside a kernel, these never hold a loop of the kernel's own.
+_LOOPLESS_BUILTINS = frozenset({"min", "max", "abs", "len", "int", "float", "bool", "print", "isinstance", "getattr"})
+
+
+def loop_free(name: str, tree: ast.Module) -> bool | None:
+    """Whether the module's function ``name`` runs no loop, itself or in the functions it calls
+    that this module defines: True, False (a ``for``/``while``), or None where a call leaves the
+    module (an imported helper may loop). Triton pipelines loops only: ``num_stages`` changes
+    nothing in a loop-free kernel (Liger's SwiGLU on the H200: "no measurable effect" in every one of
+    its 16 evaluations that moved it, session 23), so the tuner does not spend evaluations on it."""
+    aliases = import_aliases(tree)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    seen: set[str] = set()
+
+    def free(fn: str) -> bool | None:
+        if fn in seen:
+            return True  # recursion: the first visit decides
+        seen.add(fn)
+        verdict: bool | None = True
+        for node in ast.walk(defs[fn]):
+            if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.comprehension):
+                return False
+            if not isinstance(node, ast.Call) or node is defs[fn]:
+                continue
+            parts = dotted(node.func)
+            if parts is None:
+                continue  # a method of a value: x.to(...), tl.load(...).cast(...)
+            head = parts[0]
+            if head in aliases:  # an import: Triton's own calls hold no loop of the kernel's
+                if not (aliases[head] + "." + ".".join(parts[1:])).startswith("triton"):
+                    verdict = None
+            elif len(parts) > 1:
+                continue  # a method of a local value
+            elif head in defs:
+                inner = free(head)
+                if inner is False:
+                    return False
+                verdict = None if inner is None else verdict
+            elif head not in _LOOPLESS_BUILTINS:
+                verdict = None
+        return verdict
+
+    return free(name) if name in defs else None
 
 
 def _mark_wrapped_kernels(tree: ast.Module, kernels: dict[str, _Kernel]) -> None:
@@ -1009,6 +1054,10 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
         for kw in call.keywords:
             if kw.arg is None:
                 continue
+            if kw.arg == "num_stages" and kernel_name and loop_free(kernel_name, tree):
+                notes.append(f"`num_stages` of `{kernel_name}` in `{scope.qualname}` (line {kw.value.lineno}) is not "
+                             f"tuned: the kernel has no loop for Triton to pipeline")
+                continue
             if kw.arg in ("num_warps", "num_stages"):
                 kind = kw.arg
                 min_block = 0
@@ -1071,7 +1120,8 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
             end = text.offset(literal.end_lineno, literal.end_col_offset)
             add(owner.qualname, kw.arg, kind, value, _Site(start, end))
 
-        missing = [k for k in ("num_warps", "num_stages") if k not in given]
+        missing = [k for k in ("num_warps", "num_stages") if k not in given
+                   and not (k == "num_stages" and kernel_name and loop_free(kernel_name, tree))]
         # **kwargs may already carry num_warps; inserting it again would be a TypeError.
         if not missing or None in given:
             continue

@@ -30,12 +30,13 @@ import triton.language as tl
 
 @triton.jit
 def _swiglu_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
-    a = tl.load(a_ptr + offs, mask=mask)
-    b = tl.load(b_ptr + offs, mask=mask)
-    tl.store(c_ptr + offs, a * tl.sigmoid(a) * b, mask=mask)
+    # Two tiles per program: a loop, which num_stages pipelines (knobs.loop_free).
+    for t in range(2):
+        offs = (2 * tl.program_id(0) + t) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offs < n
+        a = tl.load(a_ptr + offs, mask=mask)
+        b = tl.load(b_ptr + offs, mask=mask)
+        tl.store(c_ptr + offs, a * tl.sigmoid(a) * b, mask=mask)
 """
 
 
@@ -329,7 +330,8 @@ import triton.language as tl
 
 @triton.jit
 def _k(x_ptr, n, CHUNK: tl.constexpr, EVEN: tl.constexpr, WIDTH: tl.constexpr):
-    pass
+    for i in range(n):
+        pass
 
 
 def run(x, n):
@@ -357,7 +359,8 @@ TWO_LAUNCHES = src(
     """
     @triton.jit
     def _copy_kernel(x_ptr, y_ptr, n, BLOCK_M: tl.constexpr):
-        pass
+        for i in range(n):
+            pass
 
 
     def fused(a, b, c, n):
@@ -514,11 +517,13 @@ FWD_BWD = textwrap.dedent('''
 
     @triton.jit
     def _fwd(x_ptr, n, BLOCK: tl.constexpr):
-        pass
+        for i in range(n):
+            pass
 
     @triton.jit
     def _bwd(x_ptr, n, BLOCK: tl.constexpr):
-        pass
+        for i in range(n):
+            pass
 
     def _launch_fwd(x):
         _fwd[(1,)](x, x.numel(), BLOCK=256, num_warps=4)
@@ -551,3 +556,65 @@ def test_tuner_offers_only_launches_the_entry_point_reaches() -> None:
     assert names("w.py::run", ("w.py", wrapper), ("k.py", FWD_BWD)) == fwd
     # Nothing known to reach the file: every launch stays a knob.
     assert len(names("w.py::run", ("w.py", "def run(x):\n    return x\n"), ("k.py", FWD_BWD))) == 6
+
+
+LOOP_FREE = """
+import triton
+import triton.language as tl
+from helpers import fancy
+
+
+@triton.jit
+def _act(x):
+    return x * tl.sigmoid(x)
+
+
+@triton.jit
+def _rows(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+    tl.store(y_ptr + offs, _act(x), mask=offs < n)
+
+
+@triton.jit
+def _looped(x_ptr, n, BLOCK: tl.constexpr):
+    _inner(x_ptr, n)
+
+
+@triton.jit
+def _inner(x_ptr, n):
+    while n > 0:
+        n -= 1
+
+
+@triton.jit
+def _imported(x_ptr, n, BLOCK: tl.constexpr):
+    fancy(x_ptr, n)
+
+
+def run(x, y, n):
+    _rows[(n,)](x, y, n, BLOCK=1024, num_warps=4)
+    _rows[(n,)](x, y, n, BLOCK=512, num_warps=4, num_stages=3)
+    _looped[(n,)](x, n, BLOCK=256, num_warps=2)
+    _imported[(n,)](x, n, BLOCK=128, num_warps=2)
+"""
+
+
+def test_num_stages_is_no_knob_of_a_kernel_without_a_loop() -> None:
+    # Liger's SwiGLU on the H200 (session 23): every one of 16 evaluations that moved num_stages of its
+    # loop-free kernel measured "no measurable effect"; Triton pipelines loops only.
+    import ast as _ast
+
+    from kernelpro.knobs import _scan_notes, loop_free
+
+    tree = _ast.parse(LOOP_FREE)
+    assert [loop_free(n, tree) for n in ("_act", "_rows", "_looped", "_imported", "missing")] == [
+        True, True, False, None, None]
+    knobs, notes = _scan_notes(LOOP_FREE)
+    stages = sorted(k.name for k, _ in knobs if k.kind == "num_stages")
+    # Inserted for the kernel that loops through a helper and for the one whose imported helper may;
+    # neither inserted nor kept (where written) for the loop-free one.
+    assert stages == ["run:num_stages", "run:num_stages#2"], stages
+    assert any("`num_stages` of `_rows` in `run` (line" in n and "no loop for Triton to pipeline" in n for n in notes), notes
+    assert {k.name for k, _ in knobs if k.kind == "num_warps"} == {"run:num_warps", "run:num_warps#2",
+                                                                  "run:num_warps#3", "run:num_warps#4"}
