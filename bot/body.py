@@ -631,8 +631,9 @@ def _summary_row(t: TargetResults) -> dict[str, Any]:
         elif t.baseline_status == "PASSED":
             best = max((c.best_speedup for c in t.curve), default=1.0)
             # optimize gates only candidates at the gate's gamma or more in the search (runner/optimize.py)
-            why += (f"; the best candidate was {_x(best)} in the search, under the final gate's bar, so no gate ran"
-                    if best > 1.0 else "; no candidate passed verification and beat the PR's kernel")
+            why += (f"; the best candidate was {_x(best)} in the search, under the final gate's {_x(t.gamma)}, so no "
+                    "gate ran" if t.gamma is not None and 1.0 < best < t.gamma
+                    else "; no candidate passed verification and beat the PR's kernel")
     return {"name": _name(t), "verdict": verdict, "speedup": speedup, "floor": _floor_pct(t),
             "energy": _energy_cell(t) or "not measured", "base": _base_branch(t, short=True), "why": why,
             "measured_energy": _energy_cell(t) is not None}

@@ -850,6 +850,9 @@ class TargetResult:
     """What confined the candidates (runner/confinement.py), as the runner recorded it; '' if not recorded."""
     programmer: ProgrammerUse | None = None
     """Who wrote the candidates; None where result.json does not say."""
+    gamma: float | None = None
+    """The speedup the final gate asks of every workload at least (and of a candidate in the search
+    before it gates it); None where result.json does not say."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -865,7 +868,7 @@ class TargetResult:
             "winner_analysis": _opt(self.winner_findings, lambda fs: {"findings": [f.to_json() for f in fs]}),
             "profile_seconds": self.profile_seconds, "seconds_by_stage": dict(self.seconds_by_stage),
             "tolerances": [t.to_json() for t in self.tolerances], "confinement": self.confinement,
-            "programmer": _opt(self.programmer, ProgrammerUse.to_json),
+            "programmer": _opt(self.programmer, ProgrammerUse.to_json), "gamma": self.gamma,
         }
 
     @classmethod
@@ -919,6 +922,7 @@ class TargetResult:
                              r.items(o.get("tolerances", []), f"{w}.tolerances", MAX_TOLERANCES)),
             confinement=r.opt_text(o.get("confinement"), f"{w}.confinement", 300),
             programmer=None if prog is None or prog == {} else ProgrammerUse.from_json(prog, f"{w}.programmer"),
+            gamma=r.opt_num(o.get("gamma"), f"{w}.gamma", 1.0, _SPEEDUP_MAX),
         )
         _consistent(w, out)
         return out

@@ -229,6 +229,13 @@ def test_no_pr_comment(gpu: Results) -> None:
     assert "- `swiglu`: budget spent; failed the final gate: swiglu-abc (slower than 1.03x on M=4096)" in c
     assert f"({RUN}#artifacts)" in c and f"[Workflow run]({RUN})" in c
     assert len(c) <= BODY_LIMIT
+    # Faster in the search but under the gate's gamma, so optimize gated none (runner/optimize.py): said so,
+    # not "no candidate beat the PR's kernel"; a result.json without gamma (older runner) keeps the old words.
+    under = dataclasses.replace(lost, gates=(), gamma=1.03, curve=(CurvePoint(1, 1.0, "PASSED"), CurvePoint(2, 1.0093, "PASSED")))
+    c = render_no_pr_comment(dataclasses.replace(gpu, targets=(under,)), run_url=RUN)
+    assert "- `swiglu`: budget spent; the best candidate was 1.01x in the search, under the final gate's 1.03x, so no gate ran" in c
+    old = render_no_pr_comment(dataclasses.replace(gpu, targets=(dataclasses.replace(under, gamma=None),)), run_url=RUN)
+    assert "- `swiglu`: budget spent; no candidate passed verification and beat the PR's kernel" in old
 
 
 def test_summary_comment_is_a_full_report(gpu: Results, cpu: Results) -> None:

@@ -347,3 +347,41 @@ def test_a_broken_repository_tool_is_a_clear_error(tmp_path: Path, capsys: pytes
                "--kernel", "add"])
     assert rc == 2
     assert "define TOOLS = (ProfilingTool(...), ...)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fast", [1.2, 1.02])
+def test_only_candidates_at_the_gates_gamma_in_the_search_are_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     fast: float) -> None:
+    # Liger's SwiGLU on the H200 (session 23): three candidates at 1.01x in the search went to the gate,
+    # which asks 1.03x of every workload, and took 240 s of the run's 403 s to refuse them.
+    import sys
+
+    import kernelpro.runner.optimize as opt
+    from kernelpro.runner.evaluator import EvalSettings
+    from kernelpro.runner.result import GateResult
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import energy as bench
+
+    speeds = {bench.solution("swish-ieee", "ieee").content_hash(): 1.02,  # under gamma (1.03) in the search
+              bench.solution("swish-fast", "fast").content_hash(): fast}
+    real = opt.geomean_speedup
+    monkeypatch.setattr(opt, "geomean_speedup", lambda b, o, w: speeds.get(o.solution_hash) or real(b, o, w))
+    gated: list[str] = []
+
+    def gate(target, base, cand, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        gated.append(cand.params["division"])
+        return GateResult(cand, False, 1.0, (), "refused here")
+
+    monkeypatch.setattr(opt, "final_gate", gate)
+    t = bench.target(tmp_path / "repo", 1 << 20)
+    rs = opt.RunSettings(search="greedy", budget=3, gate_trials=2, evaluation=EvalSettings(device="cpu", trials=1))
+    r = opt.optimize(t, tmp_path / "repo", tmp_path / "out", bench.FixedProgrammer(["ieee", "fast"]), rs)
+    assert sorted(s.speedup for s in r.evaluated[1:]) == sorted([1.02, fast])
+    report = (tmp_path / "out" / "report.md").read_text()
+    if fast > rs.gamma:
+        assert gated == ["fast"] and [g.reason for g in r.gates] == ["refused here"]
+        assert "The final gate refused 1 candidate(s)" in report
+    else:
+        assert gated == [] and r.gates == ()
+        assert "No candidate reached the final gate's 1.03x in the search (the best: 1.020x), so no final gate ran" in report
