@@ -533,7 +533,7 @@ def loop_free(name: str, tree: ast.Module) -> bool | None:
         for node in ast.walk(defs[fn]):
             if isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.comprehension):
                 return False
-            if not isinstance(node, ast.Call) or node is defs[fn]:
+            if not isinstance(node, ast.Call):
                 continue
             parts = dotted(node.func)
             if parts is None:
@@ -1051,10 +1051,12 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
         if not _looks_like_launch(call, kernel):
             continue
         given = {kw.arg for kw in call.keywords}
+        # Once per launch, for a written num_stages and an inserted one alike.
+        stageless = kernel_name is not None and loop_free(kernel_name, tree) is True
         for kw in call.keywords:
             if kw.arg is None:
                 continue
-            if kw.arg == "num_stages" and kernel_name and loop_free(kernel_name, tree):
+            if kw.arg == "num_stages" and stageless:
                 notes.append(f"`num_stages` of `{kernel_name}` in `{scope.qualname}` (line {kw.value.lineno}) is not "
                              f"tuned: the kernel has no loop for Triton to pipeline")
                 continue
@@ -1120,8 +1122,7 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
             end = text.offset(literal.end_lineno, literal.end_col_offset)
             add(owner.qualname, kw.arg, kind, value, _Site(start, end))
 
-        missing = [k for k in ("num_warps", "num_stages") if k not in given
-                   and not (k == "num_stages" and kernel_name and loop_free(kernel_name, tree))]
+        missing = [k for k in ("num_warps", "num_stages") if k not in given and not (k == "num_stages" and stageless)]
         # **kwargs may already carry num_warps; inserting it again would be a TypeError.
         if not missing or None in given:
             continue
