@@ -147,6 +147,8 @@ step() {  # one step; its files under $base/$1
       timeout 120 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out/without" ;;
     teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
     judge) timeout 200 python3 "$repo/benchmarks/judge.py" --device cuda --m 16384 --files 6 --out "$out/judge.json" ;;  # issue 22: the parent's judging, step by step
+    outputs) timeout 300 python3 "$repo/benchmarks/outputs.py" --device cuda --m 8192 --n 7168 --out "$out/outputs.json" ;;  # issue 22: files an evaluation writes and reads (235 MB each, as Liger's SwiGLU)
+    preload) timeout 200 python3 "$repo/benchmarks/preload.py" --file liger_kernel/ops/swiglu.py --out "$out/preload.json" ;;  # issue 22: a Liger child's import after the warm server's plan, and grown
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
     harden-timing) timeout 200 python3 "$repo/benchmarks/harden_probe.py" --timing "${KP_TIMING_N:-5}" --out "$out" ;;  # issue 18: where its time goes
     harden-on)  # issue 18: step harden's pick (the strictest filter CUDA ran under) set in the installed copy, then

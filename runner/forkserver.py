@@ -205,18 +205,33 @@ def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0}
 
 
+def _grow(modules: Sequence[str], blocked: Sequence[str], ready: Mapping[str, Any]) -> dict[str, Any]:
+    """In a warm server, between two forks: import those of ``modules`` it has not, and its report
+    ``ready`` with them added (``grown``: the modules imported so)."""
+    got = _preload([m for m in modules if m not in sys.modules], blocked)
+    return {**ready, "preloaded": [*ready.get("preloaded", ()), *got["preloaded"]],
+            "grown": [*ready.get("grown", ()), *got["preloaded"]], "failed": {**ready.get("failed", {}), **got["failed"]},
+            "added": sorted({*ready.get("added", ()), *got["added"]}), "cuda": got["cuda"], "driver": got["driver"],
+            "seconds": float(ready.get("seconds", 0.0)) + got["seconds"]}
+
+
 def serve(fd: int, warm: str = "") -> None:
     """The server's loop: fork a child per request, report each exit. ``warm``: a JSON object
     ``{"modules", "blocked"}`` for a target's warm server, which imports those modules first and
-    reports what it did (``{"ready": ...}``) before the first request."""
+    reports what it did (``{"ready": ...}``) before the first request; later, ``{"preload": [...]}``
+    (no file descriptors) imports more, between two forks, and reports again. Once an import has
+    initialised CUDA it forks nothing more (a forked CUDA context is unusable): each request is
+    answered with why, and the sandbox starts that child another way."""
     import torch  # noqa: F401 - imported once here: the start-up every child is spared
 
     from . import harness  # noqa: F401
 
     sock = socket.socket(fileno=fd)
+    order: dict[str, Any] = json.loads(warm) if warm else {}
+    ready: dict[str, Any] = {}
     if warm:
-        order = json.loads(warm)
-        sock.send(json.dumps({"ready": _preload(order["modules"], order["blocked"])}).encode())
+        ready = _preload(order["modules"], order["blocked"])
+        sock.send(json.dumps({"ready": ready}).encode())
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -234,7 +249,13 @@ def serve(fd: int, warm: str = "") -> None:
                 if not msg:
                     return  # the orchestrator is gone; its children are killed by it, not by us
                 req = json.loads(msg)
+                if "preload" in req and order and not fds:
+                    ready = _grow(req["preload"], order["blocked"], ready)
+                    sock.send(json.dumps({"ready": ready}).encode())
+                    continue
                 try:
+                    if ready.get("cuda"):
+                        raise RuntimeError(f"an import initialised CUDA in this server ({ready['cuda']})")
                     if len(fds) not in (1, 3):
                         raise ValueError("a request carries one output pipe, and maybe two channel ends")
                     pid = os.fork()
@@ -309,6 +330,7 @@ class ForkServer:
         self.ready: dict[str, Any] | None = None
         """A warm server's report of its preload (``_preload``), once it has sent it."""
         self._ready = threading.Event()
+        self._grown = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -327,6 +349,8 @@ class ForkServer:
             if "ready" in doc:
                 self.ready = doc["ready"]
                 self._ready.set()
+                if "grown" in doc["ready"]:
+                    self._grown.set()
             elif "exit" in doc:
                 with self._lock:
                     self._exits[int(doc["exit"])] = int(doc["code"])
@@ -341,6 +365,16 @@ class ForkServer:
         server stopped without one)."""
         self._ready.wait(timeout_s)
         return self.ready
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """Ask a warm server to import ``modules`` too, between two forks; ``wait_grown`` waits for its
+        report of it."""
+        self._grown.clear()
+        self._sock.send(json.dumps({"preload": list(modules)}).encode())
+
+    def wait_grown(self, timeout_s: float) -> dict[str, Any] | None:
+        """The report that follows ``preload``, waiting at most ``timeout_s`` (None: not yet)."""
+        return self.ready if self._grown.wait(timeout_s) else None
 
     def close(self) -> None:
         """Stop the server (its children are the sandbox's to stop); idempotent."""
@@ -451,6 +485,18 @@ def warm(label: str, modules: Sequence[str], env: Mapping[str, str], blocked: Se
         _WARM.append(Warm(label, ForkServer(env, {"modules": list(modules), "blocked": list(blocked)}), tuple(modules)))
 
 
+def grow(modules: Sequence[str]) -> bool:
+    """Have the running warm server import ``modules`` too (runner/preload.py ``more``); False if none runs."""
+    with _SERVER_LOCK:
+        w = _WARM[-1] if _WARM else None
+        if w is None or not w.server.alive():
+            return False
+        with contextlib.suppress(OSError):
+            w.server.preload(modules)
+            return True
+    return False
+
+
 def cool() -> None:
     """Stop the warm server, if one runs: the final gate's children start from the plain server."""
     with _SERVER_LOCK:
@@ -497,5 +543,8 @@ def warm_server(tree: Collection[str], cwd: Path, isolate: bool,
     if cuda and w.server.cuda:
         return None, (f"preloading {', '.join(ready['preloaded'])} loaded the CUDA driver ({ready['driver']}) "
                       f"and a child forked after it could not use the GPU: {w.server.cuda}")
+    grown = ready.get("grown") or []
+    named = [m for m in ready["preloaded"] if m not in set(grown)]
+    besides = f"; and {len(grown)} more modules the pull request's kernel's build imported" if grown else ""
     return w.server, (f"forked from the warm server of target {w.label} "
-                      f"(preloaded: {', '.join(ready['preloaded']) or 'nothing'})")
+                      f"(preloaded: {', '.join(named) or 'nothing'}{besides})")

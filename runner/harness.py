@@ -8,8 +8,8 @@ it, a memory limit and a time limit. Two kinds of child, never the same process:
   checks, runs the Definition's reference on them and saves its outputs (and, when asked, a float64
   reference) under ``ref/``. The parent loads them and deletes the files before any candidate runs.
 - ``mode: evaluate`` (the candidate): builds it, runs it on the same seeded inputs (twice per trial,
-  outputs poisoned differently) and saves a stream-ordered copy of what it produced under ``out/``,
-  then times it. The parent (runner/evaluator.py) loads those tensors with ``weights_only=True`` and
+  outputs poisoned differently) and saves a stream-ordered copy of what it produced under ``out/``
+  (of a second run bit for bit the first, only a marker that says so), then times it. The parent (runner/evaluator.py) loads those tensors with ``weights_only=True`` and
   makes every correctness decision, so a candidate that overwrites this result file gains nothing.
 
 What the candidate could still lie about is its own timing; the timing primitives are captured
@@ -337,7 +337,8 @@ def _foreign(solution: Mapping[str, Any], layout: Mapping[str, Sequence[str]], s
 
 def _build(solution: Mapping[str, Any], root: Path,
            _check_primitives: Callable[[], None] = _check_primitives,
-           req: Mapping[str, Any] | None = None, warnings: list[str] | None = None) -> Callable[..., Any]:
+           req: Mapping[str, Any] | None = None, warnings: list[str] | None = None,
+           imported: list[str] | None = None) -> Callable[..., Any]:
     src_root = root / "src"
     for f in solution["sources"]:
         p = src_root / PurePosixPath(f["path"])
@@ -362,6 +363,7 @@ def _build(solution: Mapping[str, Any], root: Path,
     # By the name the repository imports it by (``pkg.ops.x`` for src/pkg/ops/x.py): the module its
     # package's relative imports and the wrapper's imports reach is then this one, not a second copy.
     module_name = module_of(entry_file, layout) or PurePosixPath(entry_file).with_suffix("").as_posix().replace("/", ".")
+    before = set(sys.modules)
     try:
         if module_of(entry_file, layout) and module_name.partition(".")[0] not in _BEFORE:
             module = importlib.import_module(module_name)
@@ -379,10 +381,19 @@ def _build(solution: Mapping[str, Any], root: Path,
     _check_primitives()
     if warnings is not None:
         warnings.extend(_foreign(solution, layout, src_root))
+    if imported is not None:
+        imported.extend(_new_modules(before, {*layout, module_name.partition(".")[0], "kernelpro"}))
     fn = getattr(module, symbol, None)
     if not callable(fn):
         raise CandidateError("COMPILE_ERROR", f"{entry_file} defines no callable {symbol!r}")
     return fn
+
+
+def _new_modules(before: set[str], tree: set[str], most: int = 5000) -> list[str]:
+    """The modules imported since ``before`` outside the top-level names ``tree``: what a target's warm
+    server could have imported for this child (runner/preload.py ``more``). Liger's package calls
+    ``torch.compiler.disable`` at import, which imports torch._dynamo: no import statement says so."""
+    return sorted(m for m in sys.modules if m not in before and m.partition(".")[0] not in tree)[:most]
 
 
 def _outputs_of(fn: Callable[..., Any], req: Mapping[str, Any]) -> Callable[..., Any]:
@@ -581,6 +592,28 @@ def _save(values: Sequence[Any], path: Path) -> str:
     return path.name
 
 
+def _mark(path: Path) -> str:
+    """An empty file saying that a trial's second run returned what its first did."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path.name
+
+
+def _same_run(first: Sequence[Any], second: Sequence[Any]) -> bool:
+    """Whether a trial's second run returned bit for bit what its first did: tensors of the same
+    dtype, shape, strides and device; plain numbers of the same type and bits. Anything else is saved
+    and left to the parent."""
+    if len(first) != len(second):
+        return False
+    for a, b in zip(first, second, strict=True):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.stride() != b.stride() or a.device != b.device or not _same(a, b):
+                return False
+        elif not (type(a) is type(b) and isinstance(a, (bool, int, float)) and _scalar_bits(a) == _scalar_bits(b)):
+            return False
+    return True
+
+
 def _sync(device: str, _synchronize: Any = _synchronize) -> None:
     if device == "cuda":
         _synchronize()
@@ -631,7 +664,8 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
 
 def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], wi: int,
                    workdir: Path, _check_primitives: Callable[[], None] = _check_primitives,
-                   _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync) -> dict[str, Any]:
+                   _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync,
+                   _same_run: Any = _same_run, _mark: Any = _mark) -> dict[str, Any]:
     """Run every trial twice (NaN poison, then a finite one) and save both outputs; then time."""
     definition, device = req["definition"], req["device"]
     dps = req["solution"]["spec"].get("destination_passing_style", True)
@@ -640,7 +674,8 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
     ops: set[str] = set()  # what the verified calls dispatched (every trial, both runs)
     for t in range(trials):
         inputs = _trial_inputs(definition, workload, base, t, trials, device)
-        runs = []
+        runs: list[str] = []
+        first: list[Any] = []
         for second in (False, True):
             mine = _clone(inputs)
             try:
@@ -659,7 +694,13 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                     raise CandidateError("INCORRECT_NUMERICAL", json.dumps(
                         {"input": name, "trial": t, "reason": "the call modified an input, which the "
                          "definition does not declare as an output"}))
-            runs.append(_save(got, workdir / "out" / f"w{wi}_t{t}_r{int(second)}.kpt"))
+            if second and _same_run(first, got):
+                # Bit for bit the first run, which the parent judges in full: a marker, not a second
+                # copy of the outputs to write and read (Liger's SwiGLU: 235 MB a file, issue 22).
+                runs.append(_mark(workdir / "out" / f"w{wi}_t{t}_r1.same"))
+            else:
+                runs.append(_save(got, workdir / "out" / f"w{wi}_t{t}_r{int(second)}.kpt"))
+            first = got
         files.append(runs)
     timing_checks: list[str] = []
     t0 = _perf_counter()
@@ -741,8 +782,9 @@ def _digest(values: Sequence[Any]) -> tuple[torch.Tensor | None, list[int]]:
 
 
 def digest_host(values: Sequence[Any]) -> tuple[int, ...]:
-    """The digest ``_digest`` commits, computed here on tensors the parent loaded."""
-    sums, scalars = _digest([v.cpu() if isinstance(v, torch.Tensor) else v for v in values])
+    """The digest ``_digest`` commits, computed by the parent on the tensors it loaded, where they
+    are (on the host, or the copies it placed on its GPU)."""
+    sums, scalars = _digest(values)
     return tuple(_wrap64(int(x)) for x in (sums.tolist() if sums is not None else [])) + tuple(scalars)
 
 
@@ -859,7 +901,8 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     values) from seeds the parent draws when this phase starts, over its channel; a few of them are
     seeds the trusted reference computed outputs for, at positions only the parent knows. Outputs
     rotate through a ring of slots. After each call the digest of its outputs goes to the parent,
-    which then says whether that call is checked; checked outputs are saved after the phase. The
+    which then says whether that call is kept (a check, or a decoy among them); once the phase is
+    over it names the checks, and only their outputs are saved. The
     parent stamps the phase's start and end with its own clock. On the GPU the L2 is flushed before
     every call and times come from CUDA events captured before the candidate was imported.
     ``kind='cal'``: the same loop around the harness's own null call, before the candidate exists."""
@@ -947,11 +990,19 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
         if flush is not None:
             samples = [_elapsed(s, e) for s, e in pairs]
         summary = {**_summary(samples), "mode": mode}
+        save: list[int] = []
         if channel is not None:
             channel.send({"end": summary})
+            if kind == "time":
+                # Only now, the phase over, does the parent say which kept calls were its checks: their
+                # outputs are saved, the decoys' are not (nobody compares them with anything).
+                save = channel.recv()["save"]
+                if not (isinstance(save, list) and all(type(i) is int and i in commits.kept for i in save)):
+                    raise CandidateError("RUNTIME_ERROR", "TIMING_PROTOCOL: the parent asked to save calls "
+                                         "that were not kept")
     if checks is not None and kind == "time":
         folder, wi, names = checks
-        for j, i in enumerate(sorted(commits.kept)):
+        for j, i in enumerate(sorted(save)):
             names.append(_save(commits.kept[i], folder / f"w{wi}_c{j}.kpt"))
     return summary
 
@@ -1132,9 +1183,11 @@ def _calibrate(req: Mapping[str, Any], workdir: Path) -> None:
 def _timed_build(req: Mapping[str, Any], workdir: Path) -> tuple[Callable[..., Any] | None, dict[str, Any]]:
     t0 = _perf_counter()
     warnings: list[str] = []
+    imported: list[str] = []
     try:
-        fn = _outputs_of(_build(req["solution"], workdir, req=req, warnings=warnings), req)
-        return fn, {"status": "OK", "log": "", "seconds": _perf_counter() - t0, "warnings": warnings}
+        fn = _outputs_of(_build(req["solution"], workdir, req=req, warnings=warnings, imported=imported), req)
+        return fn, {"status": "OK", "log": "", "seconds": _perf_counter() - t0, "warnings": warnings,
+                    "imported": imported}
     except CandidateError as e:
         return None, {"status": e.status, "log": e.log, "seconds": _perf_counter() - t0, "warnings": warnings}
 

@@ -29,12 +29,14 @@ from .energy import EnergyOutcome, EnergyPolicy, Meter, ProxyEnergy, timing_nois
 from .evaluator import EVALUATOR_VERSION, Outcome, evaluate, reference_ready, traces
 from .evidence import Profile, Timeline
 from .forkserver import cool
+from .forkserver import grow as grow_warm
 from .gate import gate as final_gate
 from .gate import versus_base
 from .guard import shapes_for as guard_shapes_for
 from .journal import Journal, context_key
 from .memory import Extractor, SearchMemory
 from .pool import Pool, Schedule, TargetEval
+from .preload import more as more_preload
 from .preload import start as start_warm
 from .profiler import profile_candidate, start_standby
 from .programmers import Context, PluginError, Programmer, usage
@@ -177,6 +179,7 @@ class Run:
     def run(self) -> Result:
         self._start_children()
         baseline = self.record(self.head, self._measure(self.head))
+        self._grow_warm(baseline.outcome)
         self.base_branch = self._measure_base_branch()
         if not baseline.outcome.passed:
             return self.finish(self._refused(baseline.outcome))
@@ -428,6 +431,13 @@ class Run:
         if es.fork_server and es.warm_server and self.schedule is None and (
                 self.standbys or reference_ready(t.definition, self.head.solution, self.workloads, t.tolerance, es)):
             start_warm(t.name, self.head.solution, es.context, self.device, blocked=(str(self.head_checkout),))
+
+    def _grow_warm(self, outcome: Outcome) -> None:
+        """The warm server also imports what the pull request's kernel's build imported besides its plan
+        (runner/preload.py ``more``), before the base branch's evaluation, the profile and the search."""
+        extra = more_preload(self.head.solution, self.es.context, outcome.imported) if outcome.passed else ()
+        if extra:
+            grow_warm(extra)
 
     def _refill(self) -> None:
         if self.standbys and not self.gating:

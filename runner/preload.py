@@ -125,3 +125,15 @@ def start(label: str, solution: Solution, context: Sequence[SourceFile], device:
     fixed = {k: v for k, v in child_variables(Path("/"), device, None).items() if k not in ("HOME", "TMPDIR")}
     warm(label, todo.modules, scrubbed_env(fixed), blocked)
     return todo
+
+
+def more(solution: Solution, context: Sequence[SourceFile], imported: Sequence[str]) -> tuple[str, ...]:
+    """What the warm server of ``solution``'s target should import besides its plan (runner/forkserver.py
+    ``grow``: the running server imports them between two forks), from the modules the
+    pull request's kernel's build imported (runner/harness.py ``_new_modules``): Liger's package calls
+    ``torch.compiler.disable`` at import, which imports torch._dynamo (0.9 s a child here), and no import
+    statement says so. Only modules of packages the plan preloads already, never the tree's: the pull
+    request chooses nothing the syntax of its imports did not let it choose."""
+    todo = plan(solution, context)
+    tops = {m.partition(".")[0] for m in todo.modules}
+    return tuple(m for m in imported if m.partition(".")[0] in tops - set(todo.tree) and m not in todo.modules)

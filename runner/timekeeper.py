@@ -22,7 +22,8 @@ process cannot touch, over two pipes it created (runner/sandbox.py passes the ch
 Protocol (newline-delimited JSON; the child's side is runner/harness.py ``_Channel``):
 child -> parent ``{"start": {"kind", "w", "reps"}}``, ``{"c": [i, [digest, ...]]}`` per call in
 order, ``{"end": {timing summary}}``; parent -> child ``{"seeds": [...]}`` after a start,
-``{"k": [i, 0|1]}`` after each commit.
+``{"k": [i, 0|1]}`` after each commit, and after the end of a 'time' phase ``{"save": [i, ...]}``:
+the checks' positions, whose outputs the child then saves.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class Phase:
     kept: tuple[int, ...] = ()
     """Positions of every call the parent answered 'keep' for, in order: the checks and the decoys
     (calls with seeds of no reference, kept so that the answers never tell when the last check is
-    past); the child saves their outputs in this order."""
+    past). Once the phase ended the parent names the checks, and the child saves their outputs only,
+    in order."""
     calls_ms: tuple[float, ...] = ()
     """The parent's own clock between consecutive commits (the first from the seeds sent): each
     call with the harness's loop around it, as the parent saw it."""
@@ -316,6 +318,10 @@ class Timekeeper:
                 self._phases.append(phase)
             self._open = None
             self._let_go()
+            if phase.kind == "time":
+                # The phase is over: naming the checks now tells the child nothing it could still use
+                # (its digests are committed), and it saves their outputs only, not the decoys'.
+                self._send({"save": list(phase.checks)})
         elif key == "op":  # any time: an operator a verified call dispatched (runner/harness.py _Ops)
             if not isinstance(value, str) or not OP_NAME.fullmatch(value):
                 raise ValueError(f"malformed operator name {str(value)[:80]!r}")
@@ -348,7 +354,8 @@ def _rep_bounds(device: str, t: Mapping[str, Any]) -> dict[str, tuple[int, int]]
 
 
 def digest_of(values: Sequence[Any]) -> tuple[int, ...]:
-    """The parent's digest of saved outputs: the harness's (runner/harness.py ``_digest``), on the CPU."""
+    """The parent's digest of saved outputs: the harness's (runner/harness.py ``_digest``), on the device
+    where the parent holds them."""
     from .harness import digest_host
 
     return digest_host(values)

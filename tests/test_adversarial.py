@@ -72,7 +72,7 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
           "lazy_output", "lazy_mode", "aten_override", "rebind_harness", "rebind_harness_checks",
-          "precompute", "channel_proxy", "channel_proxy_deep"]
+          "precompute", "channel_proxy", "channel_proxy_deep", "forged_same"]
 
 
 def test_every_fixture_is_tested() -> None:
@@ -90,6 +90,40 @@ def test_an_honest_candidate_passes_the_same_checks(tmp_path: Path) -> None:
     c = outcome.results[0].correctness or {}
     assert c["trials"] == 5 and c["runs_per_trial"] == 2 and c["timing_checks"] == 3
     assert outcome.environment["sandbox"]["memory"].startswith("RLIMIT_DATA")
+
+
+def test_the_judge_reads_each_trials_first_run_and_the_checks_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22: the harness marks a second run bit for bit its first instead of saving it again, and
+    saves only the timed calls the parent names once the phase is over (its checks, not the decoys
+    kept among them): at 235 MB a file (Liger's SwiGLU on the H200) those were 8 of 16 files a
+    candidate wrote and the parent read. A candidate whose second run differs is saved and judged
+    in full, and passes where it is within tolerance."""
+    from kernelpro.runner import evaluator
+
+    loaded: list[str] = []
+    real = evaluator._load
+
+    def load(path: Path, cap: int) -> object:
+        if path.parent.name == "out":
+            loaded.append(path.name)
+        return real(path, cap)
+
+    monkeypatch.setattr(evaluator, "_load", load)
+    # 40 timed calls, 5 of them checks: the parent keeps about as many decoys (none in 1 of 220 runs).
+    outcome = evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS[:1], Tolerance(), settings(tmp_path, reps_cpu=40))
+    assert outcome.passed, outcome.log
+    c = outcome.results[0].correctness or {}
+    assert c["second_runs_identical"] == c["trials"] == 5 and c["timing_checks"] == 5
+    assert sorted(loaded) == sorted([f"w0_t{t}_r0.kpt" for t in range(5)] + [f"w0_c{j}.kpt" for j in range(5)])
+
+    loaded.clear()
+    noisy = PY_TORCH.replace("return ", "return (1 + 1e-6 * torch.rand(())) * ", 1)
+    assert noisy != PY_TORCH
+    outcome = evaluate(SWIGLU, candidate("noisy", noisy), LOADS[:1], Tolerance(), settings(tmp_path / "n", trials=2))
+    assert outcome.passed, outcome.log
+    c = outcome.results[0].correctness or {}
+    assert c["second_runs_identical"] == 0
+    assert {f"w0_t{t}_r1.kpt" for t in range(2)} <= set(loaded)
 
 
 @pytest.mark.parametrize("name", SIMPLE)

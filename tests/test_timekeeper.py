@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import time
 from collections.abc import Iterator
 
@@ -27,6 +28,8 @@ class Child:
 
     def recv(self) -> dict:
         while b"\n" not in self.buf:
+            if not select.select([self.r], [], [], 10.0)[0]:
+                raise TimeoutError("the parent sent nothing in 10 s")
             chunk = os.read(self.r, 65536)
             if not chunk:
                 raise EOFError("the parent closed the channel")
@@ -47,6 +50,8 @@ class Child:
         per = claimed_ms / reps
         self.send({"end": {"median_ms": per, "p10_ms": per, "p90_ms": per, "std_ms": 0.0, "n": reps,
                            "sum_ms": claimed_ms, "mode": "cpu"}})
+        if kind == "time":
+            self.saved = self.recv()["save"]  # the calls whose outputs the harness saves
         return seeds, checked
 
     def close(self) -> None:
@@ -80,6 +85,30 @@ def test_an_honest_phase_is_consistent_and_its_checks_are_the_secret_seeds(keepe
     assert p is not None and p.checks == tuple(checked) and len(checked) == 3
     assert sorted(seeds[i] for i in checked) == [111, 222, 333]  # the pool, at the parent's positions
     assert p.digests == {i: (i,) for i in checked}  # committed before each answer
+
+
+def test_once_a_timed_phase_is_over_the_parent_names_its_checks_and_no_decoy() -> None:
+    """The harness saves the outputs of the calls named then (runner/harness.py ``_time``): the checks,
+    compared with the reference, never the decoys kept among them, which nothing compares (issue 22).
+    During the phase the answers are the same for both."""
+    for _ in range(5):  # 5 checks among 40 calls: no decoy at all about 1 time in 220
+        k = Timekeeper([[11, 22, 33, 44, 55]], "cpu", {**TIMING, "reps_cpu": 40})
+        child = Child(k)
+        k.started()
+        try:
+            child.phase("cal", 12, 0.1)
+            seeds, kept = child.phase("time", 40, 40.0, busy_s=0.04)
+            _settle(k)
+            p = k.phase("time", 0)
+            assert p is not None and k.problem is None
+        finally:
+            child.close()
+            k.close()
+        assert child.saved == list(p.checks) and set(child.saved) <= set(kept)
+        assert sorted(seeds[i] for i in child.saved) == [11, 22, 33, 44, 55]
+        if len(kept) > len(child.saved):
+            return
+    raise AssertionError("no decoy was kept in 5 phases of 40 calls")
 
 
 def test_a_wall_the_calls_do_not_fill_is_refused(keeper: tuple[Timekeeper, Child]) -> None:
@@ -193,3 +222,51 @@ def test_the_judge_compares_nothing_while_the_channel_holds_quiet(tmp_path) -> N
     quiet.release()
     j.advance(quiet=quiet)
     assert judged == ["a.pt", "b.pt"] and j.done == 2 and quiet.acquire(blocking=False)
+
+
+def _harness_phase(tmp_path, save: object) -> tuple[dict | Exception, list[str]]:
+    """The harness's timing loop (runner/harness.py ``_time``), in this process, against a parent by
+    hand that keeps calls 1 and 3 of 6 and then asks to save ``save``."""
+    import threading
+
+    from kernelpro.runner import harness
+
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    req = {"timing": {"rotate": 3, "warmup": 0, "reps_cpu": 6, "hold_us": 0.0}, "checks": 2,
+           "definition": {"axes": {"n": {"type": "var"}},
+                          "inputs": {"x": {"shape": ["n"], "dtype": "float32"}},
+                          "outputs": {"y": {"shape": ["n"], "dtype": "float32"}}}}
+
+    def parent() -> None:
+        child = Child.__new__(Child)
+        child.r, child.w, child.buf = up_r, down_w, b""
+        reps = child.recv()["start"]["reps"]
+        child.send({"seeds": list(range(1, reps + 1))})
+        for i in range(reps):
+            assert child.recv()["c"][0] == i
+            child.send({"k": [i, int(i in (1, 3))]})
+        child.recv()  # the end
+        child.send({"save": save})
+
+    helper = threading.Thread(target=parent, daemon=True)
+    helper.start()
+    names: list[str] = []
+    try:
+        got: dict | Exception = harness._time(lambda x: (x * 2,), req, {"axes": {"n": 64}, "inputs": {}}, "cpu", False,
+                                              (tmp_path, 0, names), _bound=[harness._Channel(down_r, up_w)])
+    except harness.CandidateError as e:
+        got = e
+    helper.join(timeout=10)
+    for fd in (up_r, up_w, down_r, down_w):
+        os.close(fd)
+    return got, names
+
+
+def test_the_harness_saves_the_calls_the_parent_names_and_no_call_it_never_kept(tmp_path) -> None:
+    got, names = _harness_phase(tmp_path / "a", [1])
+    assert isinstance(got, dict) and got["n"] == 6, got
+    assert names == ["w0_c0.kpt"] and sorted(p.name for p in (tmp_path / "a").iterdir()) == names
+    got, names = _harness_phase(tmp_path / "b", [1, 2])  # call 2 was never kept: a parent's bug, named
+    assert isinstance(got, Exception) and "TIMING_PROTOCOL" in str(got), got
+    assert names == []

@@ -110,6 +110,93 @@ def test_the_preload_happens_once_in_the_server_not_per_child(tmp_path: Path, mo
     assert log.read_text().splitlines() == ["server"]
 
 
+# A module of the installed package that its own code imports only when a function runs: what
+# liger_kernel's ``torch.compiler.disable`` at import does to torch._dynamo (no import statement says so).
+LAZY = f"""
+import os, time
+time.sleep({SLOW_S})
+if "HOME" not in os.environ:
+    with open({{log!r}}, "a") as f:
+        f.write("server lazy\\n")
+VALUE = 2
+"""
+LAZY_KERNEL = "import helperpkg\n\nFACTOR = helperpkg.load()\n\n\ndef run(x):\n    return x * FACTOR\n"
+
+
+def test_what_the_pull_requests_build_imported_besides_the_plan_grows_the_warm_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, repo, log = _setup(tmp_path, monkeypatch, kernel=LAZY_KERNEL)
+    site = tmp_path / "site" / "helperpkg"
+    (site / "lazy.py").write_text(LAZY.format(log=str(log)))
+    with (site / "__init__.py").open("a") as f:
+        f.write("\n\ndef load():\n    from helperpkg.lazy import VALUE\n    return VALUE\n")
+    _warm(t, repo)
+    sol, context = t.solution(repo), t.context(repo)
+    first = _evaluate(t, repo, sol, tmp_path)
+    assert first.passed, first.log
+    assert first.build_seconds >= SLOW_S and "helperpkg.lazy" in first.imported, (first.build_seconds, first.imported)
+    assert "kern" not in first.imported  # the tree's own modules are never reported
+    # Only modules of the packages the plan preloads, never the tree's: nothing the syntax did not allow.
+    assert preload.more(sol, context, ["kern.x", "os.path", "helperpkg.lazy", "helperpkg"]) == ("helperpkg.lazy",)
+    server = forkserver._WARM[-1].server
+    assert forkserver.grow(preload.more(sol, context, first.imported))  # the same server, between two forks
+    ready = server.wait_grown(120)
+    assert ready is not None and ready["preloaded"] == ["helperpkg", "helperpkg.lazy"], ready
+    assert ready["grown"] == ["helperpkg.lazy"] and forkserver._WARM[-1].server is server
+    second = _evaluate(t, repo, sol, tmp_path)
+    assert second.passed, second.log
+    assert second.build_seconds < SLOW_S / 2 and second.imported == (), (second.build_seconds, second.imported)
+    assert second.environment["sandbox"]["spawn"] == ("forked from the warm server of target k (preloaded: helperpkg; "
+                                                      "and 1 more modules the pull request's kernel's build imported)")
+    assert log.read_text().splitlines() == ["server", "server lazy"]
+
+
+def test_a_search_grows_the_warm_server_by_its_baselines_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through `kernelpro optimize`: started before the baseline with the plan, and grown after it by
+    what the baseline's build imported besides."""
+    from test_optimize import _kernel_repo
+
+    from kernelpro.cli import main
+    from kernelpro.runner import optimize as loop
+
+    t, _, log = _setup(tmp_path, monkeypatch, kernel=LAZY_KERNEL)
+    site = tmp_path / "site" / "helperpkg"
+    (site / "lazy.py").write_text(LAZY.format(log=str(log)))
+    with (site / "__init__.py").open("a") as f:
+        f.write("\n\ndef load():\n    from helperpkg.lazy import VALUE\n    return VALUE\n")
+    grown: list[tuple[str, ...]] = []
+    real = loop.grow_warm
+    monkeypatch.setattr(loop, "grow_warm", lambda extra: (grown.append(tuple(extra)), real(extra))[1])
+    monkeypatch.setenv("KERNELPRO_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELPRO_PROGRESS", "0")
+    config = (f"version: 1\ntargets:\n  - name: k\n    files: [k.py]\n    language: python\n"
+              f"    entry_point: k.py::run\n{DEFINITION}")
+    root = _kernel_repo(tmp_path, LAZY_KERNEL, config)
+    assert main(["optimize", "--repo", str(root), "--base", "HEAD~1", "--head", "HEAD", "--out", str(tmp_path / "o"),
+                 "--budget", "1"]) == 0
+    assert grown == [("helperpkg.lazy",)]
+    assert not forkserver.warm_running()
+
+
+def test_a_grown_import_that_initialises_cuda_ends_the_servers_forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked CUDA context is unusable: once the server's growth initialised CUDA (here a module that
+    makes torch say so, as a real one would by touching the GPU), it forks nothing more, even for a
+    request sent before its report arrived, and the child starts from the plain server instead."""
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    (tmp_path / "site" / "helperpkg" / "touch.py").write_text("import torch\ntorch.cuda.is_initialized = lambda: True\n")
+    _warm(t, repo)
+    server = forkserver._WARM[-1].server
+    assert forkserver.grow(["helperpkg.touch"])
+    ready = server.wait_grown(120)
+    assert ready is not None and ready["cuda"] == "torch initialised CUDA", ready
+    with pytest.raises(OSError, match="an import initialised CUDA in this server"):
+        server.spawn([], tmp_path, {}, False, probe=True)
+    o = _evaluate(t, repo, t.solution(repo), tmp_path)
+    assert o.passed, o.log
+    spawn = o.environment["sandbox"]["spawn"]
+    assert "preloading helperpkg, helperpkg.touch initialised CUDA" in spawn, spawn
+
+
 def test_a_candidate_that_defines_a_preloaded_package_runs_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     t, repo, _ = _setup(tmp_path, monkeypatch)
     _warm(t, repo)
