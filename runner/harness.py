@@ -607,7 +607,11 @@ def _same_run(first: Sequence[Any], second: Sequence[Any]) -> bool:
         return False
     for a, b in zip(first, second, strict=True):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            if a.stride() != b.stride() or a.device != b.device or not _same(a, b):
+            if a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride() or a.device != b.device:
+                return False
+            if a.dtype.is_floating_point and a.element_size() in _INTS:  # bits: NaN where NaN is the answer too
+                a, b = _view(a, _INTS[a.element_size()]), _view(b, _INTS[b.element_size()])
+            if not _same(a, b):
                 return False
         elif not (type(a) is type(b) and isinstance(a, (bool, int, float)) and _scalar_bits(a) == _scalar_bits(b)):
             return False

@@ -126,6 +126,17 @@ def test_the_judge_reads_each_trials_first_run_and_the_checks_only(tmp_path: Pat
     assert {f"w0_t{t}_r1.kpt" for t in range(2)} <= set(loaded)
 
 
+def test_a_second_run_with_nan_where_the_answer_is_nan_is_still_bit_for_bit_the_first(tmp_path: Path) -> None:
+    """NaN is not equal to NaN, but its bits are its bits: a kernel whose answer holds NaN (the square
+    root of a negative input) gets the marker, not a second file of the same bits."""
+    sqrt = "import torch\n\ndef run(a, b):\n    return torch.sqrt(a) * b\n"
+    definition = Definition.from_json({**SWIGLU.to_json(), "name": "sqrt_mul", "reference": sqrt})
+    outcome = evaluate(definition, candidate("sqrt", sqrt, definition="sqrt_mul"), LOADS[1:], Tolerance(),
+                       settings(tmp_path, trials=2))
+    assert outcome.passed, outcome.log
+    assert (outcome.results[0].correctness or {})["second_runs_identical"] == 2
+
+
 @pytest.mark.parametrize("name", SIMPLE)
 def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
     outcome, expect = judge(tmp_path, name)
