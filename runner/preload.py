@@ -65,7 +65,8 @@ def plan(solution: Solution, context: Sequence[SourceFile] = ()) -> Preload:
         package = me if path.endswith("__init__.py") else me.rpartition(".")[0]
         for name, names in _imports(texts[path], package):
             if name.partition(".")[0] not in tree:
-                out.setdefault(name)
+                if _module(name):
+                    out.setdefault(name)
                 continue
             for m in (name, *(f"{name}.{n}" for n in names)):
                 if m in by_module:
@@ -136,4 +137,11 @@ def more(solution: Solution, context: Sequence[SourceFile], imported: Sequence[s
     request chooses nothing the syntax of its imports did not let it choose."""
     todo = plan(solution, context)
     tops = {m.partition(".")[0] for m in todo.modules}
-    return tuple(m for m in imported if m.partition(".")[0] in tops - set(todo.tree) and m not in todo.modules)
+    return tuple(m for m in imported
+                 if m.partition(".")[0] in tops - set(todo.tree) and m not in todo.modules and _module(m))
+
+
+def _module(name: str) -> bool:
+    """Whether the warm server may import ``name``: a module's import, never a program's run (a
+    ``__main__`` module runs its program when imported: ``unittest.__main__`` starts a test discovery)."""
+    return "__main__" not in name.split(".")

@@ -298,6 +298,17 @@ def test_the_pull_requests_own_code_is_never_preloaded(tmp_path: Path, monkeypat
     assert _evaluate(t, repo, sol, tmp_path).passed  # the confined child imports it itself
 
 
+def test_a_main_module_is_never_preloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unconfined server imports modules, it never runs programs: ``unittest.__main__`` starts a test
+    discovery when imported. Neither the plan (an import statement of the pull request) nor the growth
+    (a name its baseline's child reported) asks for one."""
+    kernel = "import unittest.__main__\nimport helperpkg\n\ndef run(x):\n    return x * helperpkg.FACTOR\n"
+    t, repo, _ = _setup(tmp_path, monkeypatch, kernel)
+    sol, context = t.solution(repo), t.context(repo)
+    assert preload.plan(sol, context).modules == ("helperpkg",)
+    assert preload.more(sol, context, ["helperpkg.__main__", "helperpkg.sub.__main__", "helperpkg.sub"]) == ("helperpkg.sub",)
+
+
 def test_a_cooled_warm_server_is_gone_and_children_fork_from_the_plain_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     t, repo, _ = _setup(tmp_path, monkeypatch)
     _warm(t, repo)
