@@ -51,6 +51,9 @@
 #   tier-par-k: part par, only the tests KP_K selects (KP_PART_TIMEOUT, default 300 s)
 #   judge ~1: issue 22, benchmarks/judge.py: the parent's judging of 256 MB outputs step by step (read, digest,
 #                the candidate's and the reference's copies to the GPU, compare)
+#   outputs ~2: issue 22, benchmarks/outputs.py: the files an evaluation writes and its parent reads, 235 MB each
+#               (as Liger's SwiGLU): the second runs' markers and the checks only (session 24)
+#   preload ~1: issue 22, benchmarks/preload.py: a Liger child's import after the warm server's plan, and grown
 #   teardown ~1.5: issue 22, benchmarks/teardown.py: a child's exit after CUDA, device memory, pinned
 #                memory, tensorfile's copy, Triton, the profiler
 #   ncu-cli ~2: `kernelpro demo --budget 1` started as `python3 -c`, its baseline's profile (issue 23)
