@@ -114,11 +114,14 @@ def test_the_judge_reads_each_trials_first_run_and_the_checks_only(tmp_path: Pat
     assert outcome.passed, outcome.log
     c = outcome.results[0].correctness or {}
     assert c["second_runs_identical"] == c["trials"] == 5 and c["timing_checks"] == 5
-    assert sorted(loaded) == sorted([f"w0_t{t}_r0.kpt" for t in range(5)] + [f"w0_c{j}.kpt" for j in range(5)])
+    # As a set: an evaluation run again after TIMING_INCONSISTENT (a loaded machine) reads the same names.
+    assert set(loaded) == {f"w0_t{t}_r0.kpt" for t in range(5)} | {f"w0_c{j}.kpt" for j in range(5)}
 
     loaded.clear()
-    noisy = PY_TORCH.replace("return ", "return (1 + 1e-6 * torch.rand(())) * ", 1)
-    assert noisy != PY_TORCH
+    # Every other call scaled by 1 + 4e-7 (three float32 steps above 1): a trial's two runs always differ,
+    # by far less than the tolerance. (Random noise of 1e-6 rounded to the same float32 about 1 time in 8.)
+    noisy = ("import torch\n\n_calls = [0]\n\n\ndef run(a, b):\n    _calls[0] += 1\n"
+             "    return (1 + 4e-7 * (_calls[0] % 2)) * torch.nn.functional.silu(a) * b\n")
     outcome = evaluate(SWIGLU, candidate("noisy", noisy), LOADS[:1], Tolerance(), settings(tmp_path / "n", trials=2))
     assert outcome.passed, outcome.log
     c = outcome.results[0].correctness or {}
