@@ -9,8 +9,9 @@ it, a memory limit and a time limit. Two kinds of child, never the same process:
   reference) under ``ref/``. The parent loads them and deletes the files before any candidate runs.
 - ``mode: evaluate`` (the candidate): builds it, runs it on the same seeded inputs (twice per trial,
   outputs poisoned differently) and saves a stream-ordered copy of what it produced under ``out/``
-  (of a second run bit for bit the first, only a marker that says so), then times it. The parent (runner/evaluator.py) loads those tensors with ``weights_only=True`` and
-  makes every correctness decision, so a candidate that overwrites this result file gains nothing.
+  (of a second run bit for bit the first, only a marker that says so), then times it. The parent
+  (runner/evaluator.py) loads those tensors with ``weights_only=True`` and makes every correctness
+  decision, so a candidate that overwrites this result file gains nothing.
 
 What the candidate could still lie about is its own timing; the timing primitives are captured
 before its import, checked after every call and used only through the captured references.
@@ -670,7 +671,8 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                    workdir: Path, _check_primitives: Callable[[], None] = _check_primitives,
                    _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync,
                    _same_run: Any = _same_run, _mark: Any = _mark) -> dict[str, Any]:
-    """Run every trial twice (NaN poison, then a finite one) and save both outputs; then time."""
+    """Run every trial twice (NaN poison, then a finite one) and save the outputs of both (of the second
+    only a marker where it is bit for bit the first); then time."""
     definition, device = req["definition"], req["device"]
     dps = req["solution"]["spec"].get("destination_passing_style", True)
     trials, base = req["trials"], req["seed"]
