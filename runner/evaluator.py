@@ -11,6 +11,7 @@ Failure is a value: every path through ``evaluate`` returns an Outcome, whatever
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -18,6 +19,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -367,30 +369,44 @@ class _Placed:
     candidate against the same references (3 trials and 5 timing checks per workload). At most
     ``budget`` bytes per device stay (a twentieth of the GPU, at most 2 GiB): the candidates' own
     processes share that GPU. Nothing judges in place (runner/comparison.py makes new tensors), so a
-    copy stays the reference's."""
+    copy stays the reference's.
+
+    A copy lives exactly as long as the host tensor it copies (a weak reference's callback drops it
+    and gives its bytes back to the budget). A refreshed reference shares this object with the one it
+    replaces (its trials are the same tensors), while the spent checks' tensors die: their ids are
+    then free for new tensors, and a copy kept under a dead tensor's id would be served for whatever
+    tensor Python puts at that address next, a check of another seed among them."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.copies: dict[tuple[int, str], Any] = {}
+        # Reentrant: a tensor may die, and its callback run, inside this object's own locked step.
+        self.lock = threading.RLock()
+        self.copies: dict[tuple[int, str], tuple[weakref.ref[Any], Any]] = {}
         self.held: dict[str, int] = {}
         self.hits = 0
 
     def get(self, x: Any, device: str, budget: int | None = None) -> Any:
-        """``x`` on ``device`` (a copy kept while it fits ``budget``); ``x`` keeps its id while the
-        _Reference holding both lives, so the id is a key."""
+        """``x`` on ``device`` (a copy kept while it fits ``budget`` and ``x`` lives)."""
         key = (id(x), device)
         with self.lock:
             hit = self.copies.get(key)
-            if hit is not None:
+            if hit is not None and hit[0]() is x:
                 self.hits += 1
-                return hit
+                return hit[1]
         y = x.to(device, non_blocking=False)
         size = y.numel() * y.element_size()
         with self.lock:
-            if y is not x and self.held.get(device, 0) + size <= (_placed_budget(device) if budget is None else budget):
-                self.copies.setdefault(key, y)
+            if (y is not x and key not in self.copies
+                    and self.held.get(device, 0) + size <= (_placed_budget(device) if budget is None else budget)):
+                self.copies[key] = (weakref.ref(x, functools.partial(self._drop, key, size)), y)
                 self.held[device] = self.held.get(device, 0) + size
         return y
+
+    def _drop(self, key: tuple[int, str], size: int, dead: weakref.ref[Any]) -> None:
+        with self.lock:
+            entry = self.copies.get(key)
+            if entry is not None and entry[0] is dead:
+                del self.copies[key]
+                self.held[key[1]] -= size
 
 
 def _placed_budget(device: str) -> int:

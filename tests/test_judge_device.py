@@ -61,6 +61,25 @@ def test_the_references_device_copies_are_kept_within_their_budget() -> None:
     assert kept.get(a, "cpu", budget=2048) is a and "cpu" not in kept.held
 
 
+
+def test_a_kept_copy_dies_with_the_host_tensor_it_copies() -> None:
+    # A refreshed reference keeps this object for its trials, while its spent checks die: a copy kept
+    # under a dead tensor's id was served for the next tensor Python put at that address (200 of 200
+    # such tensors got a stale copy before; on a GPU, a check of another seed).
+    kept = _Placed()
+    a = torch.ones(256)
+    kept.get(a, "meta", budget=4096)
+    assert kept.held == {"meta": 1024} and len(kept.copies) == 1
+    dead = id(a)
+    del a
+    assert kept.copies == {} and kept.held == {"meta": 0}  # and its budget is free for the new checks
+    for _ in range(1000):  # a tensor at the dead one's address (CPython reuses it at once, as a rule)
+        b = torch.ones(128)
+        if id(b) == dead:
+            assert kept.get(b, "meta", budget=4096).shape == (128,) and kept.hits == 0
+            break
+        del b
+
 def _double(device: str) -> tuple[Definition, Solution]:
     defn = Definition.from_json({
         "name": "double_f32", "op_type": "elementwise",
@@ -101,3 +120,22 @@ def test_a_cuda_evaluation_is_judged_on_its_gpu_with_the_hosts_verdicts(tmp_path
         evaluator._REFERENCES.clear()
         verdicts[on] = (good.status, bad.status, bad.results[0].status)
     assert verdicts["auto"] == verdicts["cpu"] == ("PASSED", "INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL")
+
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs an NVIDIA GPU (run on the GPU machine)")
+def test_references_refreshed_every_candidate_judge_each_against_its_own_seeds(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Liger's SwiGLU (235 MB an output) has room for one candidate's secret seeds in POOL_BYTES, so each
+    # candidate computes the reference again: the GPU copies of the spent checks must not be served
+    # for the new ones (they were, from the third evaluation on, under a reused id).
+    monkeypatch.setattr(evaluator, "POOL_BYTES", 1)  # one candidate's checks a reference
+    defn, sol = _double("cuda")
+    es = EvalSettings(device="cuda", trials=2, timeout_s=300, cache_dir=tmp_path / "cache")
+    statuses = [evaluate(defn, sol, [Workload.make(defn, {"M": 4096})], Tolerance(), es).status for _ in range(5)]
+    assert statuses == ["PASSED"] * 5
+    (ref,) = evaluator._REFERENCES.values()
+    live = {id(t) for group in (*ref.trials, *ref.checks) for outs in group for t in outs}
+    assert {k for k, _ in ref.placed.copies} <= live
+    evaluator._REFERENCES.clear()
