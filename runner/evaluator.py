@@ -173,8 +173,10 @@ class Outcome:
 
 
 PHASES = ("launch", "startup", "calibrate", "verify", "save", "time", "timeline", "teardown", "judge_tail", "judge",
-          "judge_during")
-"""The stages an Outcome's ``phases`` may name (the child's, runner/sandbox.py's and the judge's)."""
+          "judge_during", "reference")
+"""The stages an Outcome's ``phases`` may name (the child's, runner/sandbox.py's, the judge's, and
+``reference``: the parent's wait for the trusted reference's outputs before the candidate's child
+started, which is a new reference child whenever the secret check seeds were spent)."""
 
 
 def seconds(value: Any) -> float:
@@ -897,12 +899,16 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
         return Outcome(h, "COMPILE_ERROR", (), log=f"solution implements {solution.definition!r}, not {definition.name!r}",
                        timestamp=_now())
     req = _request(definition, solution, workloads, tolerance, settings)
+    t_ref = time.perf_counter()
     got = _reference_for(req, settings, take=settings.checks)
     if isinstance(got, str):
         return Outcome(h, "RUNTIME_ERROR", (), log=got, timestamp=_now())
     ref, offset = got
 
-    judged = {"judge": 0.0, "judge_during": 0.0}  # after the child exited; overlapped with it
+    # After the child exited; overlapped with it; and, before it, the reference's (issue 22: Liger's
+    # SwiGLU has room for one candidate's check outputs in POOL_BYTES, so each candidate waits for a
+    # reference child, a cost no phase of the candidate's own showed).
+    judged = {"judge": 0.0, "judge_during": 0.0, "reference": time.perf_counter() - t_ref}
     on = judge_device(settings.judge_on, settings.device)
     judges: list[_OutputJudge] = []
     keeper = Timekeeper([p[offset:offset + settings.checks] for p in ref.pools], settings.device, req["timing"])

@@ -100,6 +100,8 @@ def test_a_cpu_evaluation_is_judged_on_the_host(tmp_path: Path) -> None:
     outcome = evaluate(defn, sol, [Workload.make(defn, {"M": 4})], Tolerance(), es)
     assert outcome.passed, outcome.log
     assert outcome.results[0].correctness["judged_on"] == "cpu"
+    # The wait for the reference's outputs (computed for this first evaluation) is the parent's phase.
+    assert outcome.phases["reference"] > 0
 
 
 @pytest.mark.gpu

@@ -21,3 +21,12 @@ def test_the_time_by_stage_groups_the_processes_the_judging_and_the_builds() -> 
 def test_a_run_without_judging_or_processes_still_reads() -> None:
     assert stages({"child_wall": 1.0, "launch": 0.5, "build": 0.0}) == "the candidates' processes 1 s (launch 0.5 s); builds 0 s"
     assert stages({}) == ""
+
+
+def test_the_wait_for_the_references_outputs_is_its_own_part() -> None:
+    # Before a candidate's child starts, not inside it: a new reference child whenever the secret
+    # check seeds were spent (each Liger SwiGLU candidate).
+    line = stages({**H200_DEMO, "reference": 6.5})
+    assert line.endswith("after); the reference's outputs for the secret checks, before the candidates started 6.5 s; "
+                         "builds 0.32 s")
+    assert "reference 6.5" not in line
