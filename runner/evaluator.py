@@ -11,6 +11,7 @@ Failure is a value: every path through ``evaluate`` returns an Outcome, whatever
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -173,10 +174,11 @@ class Outcome:
 
 
 PHASES = ("launch", "startup", "calibrate", "verify", "save", "time", "timeline", "teardown", "judge_tail", "judge",
-          "judge_during", "reference")
+          "judge_during", "reference", "reference_ahead")
 """The stages an Outcome's ``phases`` may name (the child's, runner/sandbox.py's, the judge's, and
 ``reference``: the parent's wait for the trusted reference's outputs before the candidate's child
-started, which is a new reference child whenever the secret check seeds were spent)."""
+started, which is a new reference child whenever the secret check seeds were spent; and
+``reference_ahead``: the next reference's, computed beside the judging, EvalSettings.reference_ahead)."""
 
 
 def seconds(value: Any) -> float:
@@ -302,6 +304,12 @@ class EvalSettings:
     checks: int = 5
     """Timed calls per workload whose outputs are checked, at positions the parent draws in secret
     (runner/timekeeper.py): a candidate that skips the work of half its calls passes 1 in 2**checks."""
+    reference_ahead: bool = False
+    """A search's: once a candidate's child has exited, compute the next reference (new secret check
+    seeds) beside the judging of its outputs, where the seeds left would not serve one more candidate,
+    rather than before the next child (Liger's SwiGLU, 235 MB an output, has room for one candidate's
+    checks: every candidate waited for a reference child). Never while a child runs: the reference's
+    GPU work would share the GPU with a candidate's timed calls."""
     context: tuple[SourceFile, ...] = ()
     """The rest of the packages the target's files belong to, at the pull request's head
     (Target.context): written before the candidate's files, so that the candidate runs as the
@@ -480,14 +488,16 @@ def _pool_size(req: Mapping[str, Any]) -> int:
     return c * max(1, min(16, POOL_BYTES // one))
 
 
-def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0) -> tuple[_Reference, int] | str:
+def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0,
+                   need: int | None = None) -> tuple[_Reference, int] | str:
     """The cached reference outputs and the first of ``take`` secret check seeds per workload
-    reserved for one candidate (computed again, with new seeds, once every seed was handed out),
-    or why they could not be computed."""
+    reserved for one candidate (computed again, with new seeds, where fewer than ``need``, by default
+    ``take``, are left), or why they could not be computed."""
     key = _reference_key(req)
+    need = take if need is None else need
     with _REFERENCES_LOCK:
         old = _REFERENCES.get(key)
-        if old is not None and _POOL_USED.get(key, 0) + take <= len(old.pools[0]):
+        if old is not None and _POOL_USED.get(key, 0) + need <= len(old.pools[0]):
             _REFERENCES.move_to_end(key)
             offset = _POOL_USED.get(key, 0)
             _POOL_USED[key] = offset + take
@@ -923,8 +933,20 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
         _follow(judges_in(work), keeper)
         judged["judge_during"] += time.perf_counter() - t0
 
+    ahead: list[threading.Thread] = []
+
+    def refresh() -> None:
+        t0 = time.perf_counter()
+        # What fails here (the reference, or a stop of the run) is met again, and said, by the next evaluation.
+        with contextlib.suppress(Exception):
+            _reference_for(req, settings, take=0, need=settings.checks)
+        judged["reference_ahead"] = time.perf_counter() - t0
+
     def collect(work: Path, doc: Mapping[str, Any], seconds: float) -> list[WorkloadResult]:
         t0 = time.perf_counter()
+        if settings.reference_ahead and settings.checks:
+            ahead.append(threading.Thread(target=refresh, name="kernelpro-reference-ahead", daemon=True))
+            ahead[0].start()
         try:
             return _judge(workloads, ref, judges_in(work), doc, seconds, keeper)
         except Exception as e:  # noqa: BLE001 - judging fails as this candidate's status, never as a crash
@@ -939,6 +961,8 @@ def _evaluate_once(definition: Definition, solution: Solution, workloads: Sequen
                           timekeeper=keeper)
     finally:
         keeper.close()
+        for thread in ahead:  # done before anything else may use the GPU (the next child, a profiler)
+            thread.join()
     environment = {**ref.environment, "sandbox": {**child.sandbox, **_memory(child, settings)}}
     if child.status != "OK" or child.result is None:
         status = "TIMEOUT" if child.status == "TIMEOUT" else "RUNTIME_ERROR"

@@ -362,7 +362,7 @@ class Run:
             return self.schedule.result(cand)
         outcome = evaluate(self.target.definition, cand.solution, self.workloads, self.target.tolerance,
                            replace(self.es, cache_dir=self._triton_cache(cand), timeline=self.timelines and may_profile,
-                                   timeline_bar=self._timeline_bar()))
+                                   timeline_bar=self._timeline_bar(), reference_ahead=True))
         self.journal.append(cand, outcome)
         return outcome
 
@@ -396,7 +396,7 @@ class Run:
         # A batch's bar is the one of its proposal: a candidate that clears it but is beaten by
         # another of the same batch records a timeline it will not need, never the reverse.
         return TargetEval(self.target.definition, self.workloads, self.target.tolerance,
-                          replace(self.es, timeline=self.timelines, timeline_bar=self._timeline_bar()))
+                          replace(self.es, timeline=self.timelines, timeline_bar=self._timeline_bar(), reference_ahead=True))
 
     def _measure_base_branch(self) -> Scored | None:
         if self.base_solution is None or self.base_solution.content_hash() == self.head.key:

@@ -50,13 +50,16 @@ def stages(by_stage: Mapping[str, float]) -> str:
     child = d.pop("child_wall", None)
     beside, after = d.pop("judge_during", 0.0), d.pop("judge_tail", 0.0) + d.pop("judge", 0.0)
     build = d.pop("build", None)
-    reference = d.pop("reference", 0.0)
+    reference, ahead = d.pop("reference", 0.0), d.pop("reference_ahead", 0.0)
     own = ", ".join(f"{k} {v:g} s" for k, v in d.items())
     parts = [f"the candidates' processes {child:g} s ({own})" if child is not None else own]
     if beside or after:
         parts.append(f"judging their outputs {beside + after:.2f} s ({beside:g} s while they ran, {after:.2f} s after)")
-    if reference:
+    if reference and not ahead:
         parts.append(f"the reference's outputs for the secret checks, before the candidates started {reference:g} s")
+    elif ahead:
+        parts.append(f"the reference's outputs for the secret checks {reference + ahead:.2f} s ({reference:g} s before "
+                     f"the candidates started, {ahead:g} s beside the judging)")
     if build is not None:
         parts.append(f"builds {build:g} s")
     return "; ".join(p for p in parts if p)

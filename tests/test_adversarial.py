@@ -616,6 +616,60 @@ def test_no_two_candidates_see_the_same_secret_seeds(tmp_path: Path) -> None:
     assert len(fresh[0].checks[0]) == size
 
 
+
+def test_a_search_computes_the_next_reference_beside_the_judging_never_reusing_a_seed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the seeds left would not serve one more candidate (Liger's SwiGLU: room for one candidate's
+    checks), a search's evaluation computes the next reference once its child has exited, beside its
+    judging, and waits for it before it returns: the next candidate's child starts at once, on seeds
+    no candidate saw, and no reference child runs beside a candidate's."""
+    import kernelpro.runner.evaluator as ev
+
+    monkeypatch.setattr(ev, "POOL_BYTES", 1)  # one candidate's checks a reference
+    monkeypatch.setattr(ev, "_REFERENCES", ev.OrderedDict())
+    monkeypatch.setattr(ev, "_POOL_USED", {})
+    order: list[str] = []
+    running: list[str] = []
+    real_child, real_keeper = ev.run_child, ev.Timekeeper
+
+    def child(req: dict, **kw: object) -> object:
+        mode = req.get("mode", "evaluate")
+        assert not running, f"a {mode} child started while a {running} child ran"
+        running.append(mode)
+        collect = kw["collect"]
+
+        def exited(*a: object) -> object:  # collect runs once the child's process has exited
+            running.remove(mode)
+            order.append(mode)
+            return collect(*a)  # type: ignore[operator]
+
+        try:
+            return real_child(req, **{**kw, "collect": exited})
+        finally:
+            if mode in running:
+                running.remove(mode)
+
+    handed: list[set[int]] = []
+
+    def keeper(pools: list, *a: object, **kw: object) -> object:
+        handed.append({x for p in pools for x in p})
+        return real_keeper(pools, *a, **kw)
+
+    monkeypatch.setattr(ev, "run_child", child)
+    monkeypatch.setattr(ev, "Timekeeper", keeper)
+    s = settings(tmp_path, trials=1, reference_ahead=True)
+    outcomes = [ev.evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), s) for _ in range(3)]
+    assert [o.status for o in outcomes] == ["PASSED"] * 3, outcomes[0].log
+    # The first reference before the first child; every later one during the evaluation before its own.
+    assert order == ["reference", "evaluate", "reference"] * 1 + ["evaluate", "reference"] * 2, order
+    assert all(o.phases["reference_ahead"] > 0 for o in outcomes)
+    assert len(handed) == 3 and all(len(h) == s.checks * len(LOADS) for h in handed)
+    assert not (handed[0] & handed[1] or handed[1] & handed[2] or handed[0] & handed[2])
+    # Without it (a single evaluation, the gate) nothing is computed ahead.
+    order.clear()
+    ev.evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), replace(s, reference_ahead=False))
+    assert order == ["evaluate"] and len(handed) == 4 and not handed[3] & (handed[0] | handed[1] | handed[2])
+
 def test_only_an_inconsistent_timing_is_measured_again_and_the_rerun_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded host can stretch an honest phase past its calibrated loop: such an evaluation runs once
     more (its warnings say so); any other failure, or a second refusal past the retries, stands."""

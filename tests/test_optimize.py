@@ -58,6 +58,8 @@ def test_journal_has_one_line_per_evaluation(demo: tuple[Path, Path]) -> None:
     assert len({x["key"] for x in lines}) == len(lines), "identical sources were evaluated twice"
     assert lines[0]["candidate"]["parent"] is None
     assert all(x["candidate"]["parent"] for x in lines[1:])
+    # A search computes the next reference beside the judging (where its seeds run out), the baseline's too.
+    assert all("reference_ahead" in x["outcome"]["phases"] for x in lines)
 
 
 def test_the_search_forks_from_the_targets_warm_server_and_none_outlives_the_run(demo: tuple[Path, Path]) -> None:

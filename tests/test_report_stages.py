@@ -30,3 +30,5 @@ def test_the_wait_for_the_references_outputs_is_its_own_part() -> None:
     assert line.endswith("after); the reference's outputs for the secret checks, before the candidates started 6.5 s; "
                          "builds 0.32 s")
     assert "reference 6.5" not in line
+    line = stages({**H200_DEMO, "reference": 0.5, "reference_ahead": 6.0})
+    assert "; the reference's outputs for the secret checks 6.50 s (0.5 s before the candidates started, 6 s beside the judging); " in line
