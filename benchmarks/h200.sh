@@ -52,7 +52,8 @@
 #   judge ~1: issue 22, benchmarks/judge.py: the parent's judging of 256 MB outputs step by step (read, digest,
 #                the candidate's and the reference's copies to the GPU, compare)
 #   outputs ~2: issue 22, benchmarks/outputs.py: the files an evaluation writes and its parent reads, 235 MB each
-#               (as Liger's SwiGLU): the second runs' markers and the checks only (session 24)
+#               (as Liger's SwiGLU): the second runs' markers and the checks only (session 24); a reference per
+#               candidate, computed beside the judging and, again with --no-ahead, before each child (session 25)
 #   preload ~1: issue 22, benchmarks/preload.py: a Liger child's import after the warm server's plan, and grown
 #   teardown ~1.5: issue 22, benchmarks/teardown.py: a child's exit after CUDA, device memory, pinned
 #                memory, tensorfile's copy, Triton, the profiler
@@ -150,7 +151,9 @@ step() {  # one step; its files under $base/$1
       timeout 120 python3 "$repo/benchmarks/evaluator.py" --parts throughput --out "$out/without" ;;
     teardown) timeout 200 python3 "$repo/benchmarks/teardown.py" --out "$out" ;;  # issue 22: what makes a child's exit slow
     judge) timeout 200 python3 "$repo/benchmarks/judge.py" --device cuda --m 16384 --files 6 --out "$out/judge.json" ;;  # issue 22: the parent's judging, step by step
-    outputs) timeout 300 python3 "$repo/benchmarks/outputs.py" --device cuda --m 8192 --n 7168 --out "$out/outputs.json" ;;  # issue 22: files an evaluation writes and reads (235 MB each, as Liger's SwiGLU)
+    outputs)  # issue 22: files an evaluation writes and reads (235 MB each, as Liger's SwiGLU), a reference per candidate, the next one beside the judging and before the child
+      timeout 300 python3 "$repo/benchmarks/outputs.py" --device cuda --m 8192 --n 7168 --pool-candidates 1 --out "$out/outputs.json"
+      timeout 300 python3 "$repo/benchmarks/outputs.py" --device cuda --m 8192 --n 7168 --pool-candidates 1 --no-ahead --out "$out/outputs-no-ahead.json" ;;
     preload) timeout 200 python3 "$repo/benchmarks/preload.py" --file liger_kernel/ops/swiglu.py --out "$out/preload.json" ;;  # issue 22: a Liger child's import after the warm server's plan, and grown
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
     harden-timing) timeout 200 python3 "$repo/benchmarks/harden_probe.py" --timing "${KP_TIMING_N:-5}" --out "$out" ;;  # issue 18: where its time goes
