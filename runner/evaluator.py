@@ -522,8 +522,11 @@ def _reference_for(req: Mapping[str, Any], s: EvalSettings, take: int = 0,
         return fresh if old is None else replace(old, checks=fresh.checks, checks64=fresh.checks64, pools=pools)
 
     again = {"trials": 0, "time_reference": False} if old is not None else {}
+    # No candidate's Triton cache (cache_dir None: a fresh one in the child's own folder): a reference
+    # computed again runs after candidates did, ahead of the next one in the last one's folder, or in the
+    # gate in the baseline's, where a candidate could have planted a build of a kernel the reference runs.
     child = run_child({**req, **again, "mode": "reference", "check_seeds": [list(p) for p in pools]},
-                      timeout_s=s.timeout_s, device=s.device, cache_dir=s.cache_dir, isolate=s.isolate_network,
+                      timeout_s=s.timeout_s, device=s.device, cache_dir=None, isolate=s.isolate_network,
                       memory_limit_mb=_watchdog_mb(s), collect=collect, fork=s.fork_server)
     if child.status != "OK" or not isinstance(child.collected, _Reference):
         return f"the definition's reference failed ({child.status}), so nothing can be verified:\n{child.log}"
@@ -634,7 +637,7 @@ class _OutputJudge:
                 if quiet is not None:
                     self._settle()
             except Exception as e:  # noqa: BLE001 - a verdict, or a file the candidate wrote that is garbage
-                self.failed = e
+                self.failed = _bare(e)
                 return
             finally:
                 if quiet is not None:
@@ -689,13 +692,26 @@ class _OutputJudge:
     def result(self) -> dict[str, Any]:
         self.advance(final=True)
         if self.failed is not None:
-            raise self.failed
+            failed, self.failed = self.failed, None  # raised once: it is the caller's now
+            try:
+                raise failed
+            finally:
+                del failed  # this frame, in the traceback, must not hold the exception back
         out: dict[str, Any] = {**self.worst, "trials": self.trials, "seeds": self.seeds, "runs_per_trial": 2,
                                "second_runs_identical": self.identical, "timing_checks": self.n_checks}
         if self.ratios:
             out["float64_ratio"] = max(self.ratios)
         out["judged_on"] = self.fallback or self.device
         return out
+
+
+def _bare(e: Exception) -> Exception:
+    """``e`` without the frames it was raised through, nor the exception it was raised in: a judge
+    keeps its failure, and those frames hold the judge, its reference and the failed candidate's
+    outputs (on the GPU too), a cycle only a full garbage collection frees: a search's failing Liger
+    candidates each kept a reference's checks and their own outputs, over a GB, for as long."""
+    e.__traceback__, e.__context__, e.__cause__ = None, None, None
+    return e
 
 
 def child_warnings(build: Mapping[str, Any]) -> tuple[str, ...]:

@@ -331,6 +331,9 @@ class ForkServer:
         """A warm server's report of its preload (``_preload``), once it has sent it."""
         self._ready = threading.Event()
         self._grown = threading.Event()
+        self.growing = False
+        """Whether a ``preload`` was sent and its report has not come yet: the server imports, and
+        what it reported before (its CUDA state above all) may no longer hold."""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -350,6 +353,9 @@ class ForkServer:
                 self.ready = doc["ready"]
                 self._ready.set()
                 if "grown" in doc["ready"]:
+                    # What the growth imported may have initialised the driver without torch knowing:
+                    # a GPU child is forked only after a probe child of the grown server used the GPU.
+                    self.cuda, self.growing = None, False
                     self._grown.set()
             elif "exit" in doc:
                 with self._lock:
@@ -370,7 +376,12 @@ class ForkServer:
         """Ask a warm server to import ``modules`` too, between two forks; ``wait_grown`` waits for its
         report of it."""
         self._grown.clear()
-        self._sock.send(json.dumps({"preload": list(modules)}).encode())
+        self.growing = True
+        try:
+            self._sock.send(json.dumps({"preload": list(modules)}).encode())
+        except OSError:
+            self.growing = False
+            raise
 
     def wait_grown(self, timeout_s: float) -> dict[str, Any] | None:
         """The report that follows ``preload``, waiting at most ``timeout_s`` (None: not yet)."""
@@ -525,6 +536,10 @@ def warm_server(tree: Collection[str], cwd: Path, isolate: bool,
                       "forked CUDA context is unusable")
     if not w.server.alive():
         return None, f"the warm server of target {w.label} stopped"
+    if w.server.growing:
+        # A child forked now would come after imports whose effect on CUDA nobody has seen yet.
+        return None, (f"the warm server of target {w.label} was still importing what the pull request's "
+                      "kernel's build imported")
     stale = sorted(set(tree) & set(ready.get("added", ())))
     if stale:
         return None, (f"the warm server of target {w.label} has imported {', '.join(stale)}, which this "

@@ -630,12 +630,14 @@ def test_a_search_computes_the_next_reference_beside_the_judging_never_reusing_a
     monkeypatch.setattr(ev, "_POOL_USED", {})
     order: list[str] = []
     running: list[str] = []
+    caches: list[tuple[str, object]] = []
     real_child, real_keeper = ev.run_child, ev.Timekeeper
 
     def child(req: dict, **kw: object) -> object:
         mode = req.get("mode", "evaluate")
         assert not running, f"a {mode} child started while a {running} child ran"
         running.append(mode)
+        caches.append((mode, kw["cache_dir"]))
         collect = kw["collect"]
 
         def exited(*a: object) -> object:  # collect runs once the child's process has exited
@@ -665,10 +667,43 @@ def test_a_search_computes_the_next_reference_beside_the_judging_never_reusing_a
     assert all(o.phases["reference_ahead"] > 0 for o in outcomes)
     assert len(handed) == 3 and all(len(h) == s.checks * len(LOADS) for h in handed)
     assert not (handed[0] & handed[1] or handed[1] & handed[2] or handed[0] & handed[2])
+    # A reference computed after a candidate ran never uses a candidate's Triton cache, where that
+    # candidate could have planted a build of a kernel the reference runs: a fresh one of its own.
+    assert {c for m, c in caches if m == "reference"} == {None}
+    assert {c for m, c in caches if m == "evaluate"} == {s.cache_dir}
     # Without it (a single evaluation, the gate) nothing is computed ahead.
     order.clear()
     ev.evaluate(SWIGLU, candidate("honest", PY_TORCH), LOADS, Tolerance(), replace(s, reference_ahead=False))
     assert order == ["evaluate"] and len(handed) == 4 and not handed[3] & (handed[0] | handed[1] | handed[2])
+
+
+def test_a_failed_judge_is_freed_with_its_evaluation_without_a_garbage_collection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A judge keeps its failure; the failure's traceback held the judge's frames, and they the judge, its
+    reference and the candidate's loaded outputs (on a GPU, their copies too): a cycle that only a full
+    garbage collection freed, a GB and more per failing Liger candidate in a search's long-lived parent."""
+    import gc
+    import weakref
+
+    import kernelpro.runner.evaluator as ev
+
+    judges: list[weakref.ref] = []
+    real_init = ev._OutputJudge.__init__
+
+    def init(self: object, *a: object, **kw: object) -> None:
+        real_init(self, *a, **kw)  # type: ignore[arg-type]
+        judges.append(weakref.ref(self))
+
+    monkeypatch.setattr(ev._OutputJudge, "__init__", init)
+    wrong = candidate("wrong", PY_TORCH.replace("* b", "* b * 1.5"))
+    gc.collect()
+    gc.disable()
+    try:
+        outcome = ev.evaluate(SWIGLU, wrong, LOADS, Tolerance(), settings(tmp_path, trials=1))
+        assert outcome.status == "INCORRECT_NUMERICAL", outcome.log
+        assert judges and [j() for j in judges] == [None] * len(judges)
+    finally:
+        gc.enable()
 
 def test_only_an_inconsistent_timing_is_measured_again_and_the_rerun_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded host can stretch an honest phase past its calibrated loop: such an evaluation runs once

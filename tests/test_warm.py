@@ -281,6 +281,25 @@ def test_a_preload_that_loads_the_cuda_driver_forks_gpu_children_only_after_a_pr
     assert forkserver.warm_server(("kern",), tmp_path, isolate=False, cuda=False)[0] is server
 
 
+
+def test_while_it_grows_the_warm_server_forks_nothing_and_its_cuda_probe_is_redone_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A growth may initialise the driver without torch knowing (cudaGetDeviceCount at import): a child
+    forked while the server still imports, or a GPU child forked on the probe of the server before it
+    grew, could find CUDA unusable and fail as the candidate's fault. So none is forked meanwhile, and
+    the probe is asked again of the grown server."""
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    (tmp_path / "site" / "helperpkg" / "slow.py").write_text("import time\ntime.sleep(3)\n")
+    _warm(t, repo)
+    server = forkserver._WARM[-1].server
+    server.cuda = ""  # as after a probe child of the server before growth used the GPU
+    assert forkserver.grow(["helperpkg.slow"])
+    got, why = forkserver.warm_server(("kern",), tmp_path, isolate=False)
+    assert got is None and "was still importing what the pull request's kernel's build imported" in why, why
+    assert server.wait_grown(120) is not None and not server.growing
+    assert server.cuda is None, "the grown server's CUDA is probed again before a GPU child forks from it"
+    assert forkserver.warm_server(("kern",), tmp_path, isolate=False)[0] is server
+
 def test_the_pull_requests_own_code_is_never_preloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # prcode.py lies in the checkout but outside the candidate's tree (another top-level module of the
     # repository): imported by the unconfined server it would be the pull request's code running there.
