@@ -581,6 +581,7 @@ class _OutputJudge:
         self.worst: dict[str, float] = {"max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0}
         self.ratios: list[float] = []
         self.identical = 0  # second runs bit for bit their first (the harness's marker, or compared here)
+        self.marked: list[int] = []  # jobs taken as their marker while the child ran (``_marked``)
         self.previous: list[Any] = []
         self.failed: Exception | None = None  # a _Verdict, or what judging a garbage file raised
         self.device = device  # where outputs are compared (judge_device of EvalSettings.judge_on)
@@ -622,8 +623,10 @@ class _OutputJudge:
             if not path.is_file() and where.get("run") == "second poison" and path.with_suffix(".same").is_file():
                 # The harness found this run bit for bit the first, judged just before: the same verdict.
                 # (The candidate could write this marker itself, as it could write a copy of the first
-                # run's file: a second run on the same inputs was never more than that.)
+                # run's file: a second run on the same inputs was never more than that.) Once the child
+                # has exited, a file saved after all wins over the marker (``_marked``).
                 self.identical += 1
+                self.marked.append(self.done)
                 self.done += 1
                 continue
             if not path.is_file():  # the harness renames a file into place once it is complete
@@ -672,7 +675,7 @@ class _OutputJudge:
             # Where the outputs now are: on the GPU a sum of a 235 MB file is a fraction of a millisecond,
             # on the host 0.057 s (the H200 host, session 22); exact integers either way.
             committed = where.pop("digest")
-            if committed is None or tuple(committed) != digest_of(got):
+            if committed is None or tuple(committed) != digest_of(got, strong=self.keeper.device == "cpu"):
                 raise _Verdict("RUNTIME_ERROR", f"LATE_WRITE: the saved outputs of timed call {where['timed_call']} "
                                "are not what the call had written when it returned (their digest, committed to the "
                                "parent before it said which calls it checks, differs): work done after the call, "
@@ -689,8 +692,25 @@ class _OutputJudge:
             if "float64_ratio" in stats:
                 self.ratios.append(float(stats["float64_ratio"]))
 
+    def _marked(self) -> None:
+        """After the child exited: a second run taken as its marker while the child ran, whose file
+        exists now, is judged from that file. A marker planted ahead (the candidate's own, at import)
+        no longer stands in for a second run saved later, wrong (a red-team candidate, session 25)."""
+        for k in self.marked:
+            fname, want, want64, where = self.jobs[k]
+            path = self.work / "out" / fname
+            if self.failed is None and path.is_file():
+                self.identical -= 1
+                try:
+                    self.previous = []  # judged in full: the first run it followed is no longer at hand
+                    self._judge(path, want, want64, where)
+                except Exception as e:  # noqa: BLE001 - as in advance
+                    self.failed = _bare(e)
+        self.marked = []
+
     def result(self) -> dict[str, Any]:
         self.advance(final=True)
+        self._marked()
         if self.failed is not None:
             failed, self.failed = self.failed, None  # raised once: it is the caller's now
             try:

@@ -190,6 +190,11 @@ def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
     before = {m.partition(".")[0] for m in sys.modules}
     refuse = _Refuse(blocked)
     sys.meta_path.insert(0, refuse)
+    # Not from the working directory ('' of `python -c`): the server's is '/', where a name the pull
+    # request chose (``import tmp.x``) found any file another process had put in /tmp, and ran it here,
+    # unconfined (a red-team probe, session 25). Installed packages only; each child gets '' back.
+    here = [p for p in sys.path if p in ("", ".")]
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     done, failed = [], {}
     try:
         for name in modules:
@@ -200,6 +205,7 @@ def _preload(modules: Sequence[str], blocked: Sequence[str]) -> dict[str, Any]:
                 failed[name] = f"{type(e).__name__}: {e}"[:300]
     finally:
         sys.meta_path.remove(refuse)  # the children import as a fresh interpreter would
+        sys.path[0:0] = here
     added = sorted({m.partition(".")[0] for m in sys.modules} - before)
     return {"preloaded": done, "failed": failed, "added": added, "cuda": _cuda_state(), "driver": _driver_loaded(),
             "seconds": time.perf_counter() - t0}

@@ -25,6 +25,7 @@ Result:  {environment, build{status, log, seconds}, phases, workloads:[{uuid, st
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -787,11 +788,31 @@ def _digest(values: Sequence[Any]) -> tuple[torch.Tensor | None, list[int]]:
     return sums, [_scalar_bits(v) for v in values if not isinstance(v, torch.Tensor)]
 
 
-def digest_host(values: Sequence[Any]) -> tuple[int, ...]:
+def _strong(values: Sequence[Any], _blake2b: Any = hashlib.blake2b) -> list[int]:
+    """Per tensor on the host, a cryptographic hash of its dtype, shape and bytes (BLAKE2b, 128 bits,
+    as two signed 64-bit numbers). A sum of bit patterns is linear: a candidate that skipped a timed
+    call's work, once told which calls were checks, could compute their right outputs and move a few
+    elements within the tolerance until their sum was the one it had committed (a red-team candidate
+    did, session 25). Finding bytes of a given BLAKE2b is not possible. Only on the host: a GPU's
+    outputs would have to be copied to it, every call (docs/timing.md says what stays open there)."""
+    out: list[int] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            t = v.detach().contiguous()
+            h = _blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=16)
+            h.update(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"")
+            d = h.digest()
+            out += [int.from_bytes(d[:8], "little", signed=True), int.from_bytes(d[8:], "little", signed=True)]
+    return out
+
+
+def digest_host(values: Sequence[Any], strong: bool = False) -> tuple[int, ...]:
     """The digest ``_digest`` commits, computed by the parent on the tensors it loaded, where they
-    are (on the host, or the copies it placed on its GPU)."""
+    are (on the host, or the copies it placed on its GPU); with ``strong`` (a CPU evaluation's, whose
+    commits carry it) ``_strong``'s hashes after it."""
     sums, scalars = _digest(values)
-    return tuple(_wrap64(int(x)) for x in (sums.tolist() if sums is not None else [])) + tuple(scalars)
+    digest = tuple(_wrap64(int(x)) for x in (sums.tolist() if sums is not None else [])) + tuple(scalars)
+    return digest + tuple(_strong([v.cpu() if isinstance(v, torch.Tensor) else v for v in values])) if strong else digest
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
@@ -833,12 +854,14 @@ class _Commits:
         self.kept: dict[int, list[Any]] = {}
 
     def commit(self, i: int, outputs: Sequence[Any], _record: Any = _record, _Event: Any = _Event,
-               _digest: Any = _digest) -> None:
+               _digest: Any = _digest, _strong: Any = _strong) -> None:
         self.slots[i] = outputs
         if self.channel is None:
             self.answered.add(i)
             return
         sums, scalars = _digest(outputs)
+        if self.device == "cpu":  # bound to the bytes, not only their sum (runner/timekeeper.py digest_of)
+            scalars = [*scalars, *_strong(outputs)]
         event = None
         if sums is not None and self.device == "cuda":
             host = torch.empty(sums.shape, dtype=torch.int64, pin_memory=True)

@@ -72,16 +72,38 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
           "lazy_output", "lazy_mode", "aten_override", "rebind_harness", "rebind_harness_checks",
-          "precompute", "channel_proxy", "channel_proxy_deep", "forged_same"]
+          "precompute", "channel_proxy", "channel_proxy_deep", "forged_same", "forged_same_late"]
 
 
 def test_every_fixture_is_tested() -> None:
     on_disk = {p.stem for p in FIXTURES.glob("*.py")}
     tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps", "truncate_outputs",
-                            "poison_diagnostics", "hide_ops", "adaptive_skip", "memory_escape"}
+                            "poison_diagnostics", "hide_ops", "adaptive_skip", "memory_escape", "digest_forge"}
     assert on_disk == tested
     assert len(on_disk) >= 12
 
+
+
+def test_a_digest_forged_within_the_tolerance_after_the_checks_were_named_is_refused(tmp_path: Path) -> None:
+    """digest_forge.py: timed calls that do nothing, and check files fixed up once the parent named the
+    checks, to the right outputs moved within bfloat16's tolerance until their sum of bit patterns is the
+    one committed for the stale output. It passed, at a median of 0.01 ms; a CPU call's commit now also
+    carries a BLAKE2b of its bytes (runner/harness.py ``_strong``)."""
+    bf16 = Definition.from_json({
+        "name": "swiglu_bf16_n256", "op_type": "elementwise",
+        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 256}},
+        "inputs": {"a": {"shape": ["M", "N"], "dtype": "bfloat16"}, "b": {"shape": ["M", "N"], "dtype": "bfloat16"}},
+        "outputs": {"out": {"shape": ["M", "N"], "dtype": "bfloat16"}},
+        "reference": "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"})
+    loads = [Workload.from_json({"axes": {"M": 64}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
+                                 "uuid": "m64"})]
+    text, expect, dps = fixture("digest_forge")
+    outcome = evaluate(bf16, candidate("digest_forge", text, dps, definition=bf16.name), loads, Tolerance(),
+                       settings(tmp_path, trials=3))
+    assert outcome.status == expect and outcome.log.startswith("LATE_WRITE"), (outcome.status, outcome.log[-800:])
+    honest = evaluate(bf16, candidate("honest", PY_TORCH, definition=bf16.name), loads, Tolerance(),
+                      settings(tmp_path / "h", trials=3))
+    assert honest.passed, honest.log
 
 def test_an_honest_candidate_passes_the_same_checks(tmp_path: Path) -> None:
     """The control: without it, every rejection below could come from a harness that rejects all."""

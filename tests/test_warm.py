@@ -317,6 +317,27 @@ def test_the_pull_requests_own_code_is_never_preloaded(tmp_path: Path, monkeypat
     assert _evaluate(t, repo, sol, tmp_path).passed  # the confined child imports it itself
 
 
+
+def test_the_warm_server_never_imports_from_its_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server runs `python -c` from '/', so '' on its path was '/': a name the pull request chose
+    (``import tmp.x``) imported any file another process had put in /tmp, run in the server, unconfined
+    (a red-team probe, session 25). Its preload imports installed packages only."""
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    name = f"kp_warm_probe_{os.getpid()}"
+    planted, ran = Path("/tmp") / f"{name}.py", tmp_path / "ran"
+    planted.write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
+    try:
+        _warm(t, repo)
+        server = forkserver._WARM[-1].server
+        assert forkserver.grow([f"tmp.{name}"])
+        ready = server.wait_grown(120)
+        assert ready is not None and f"tmp.{name}" in ready["failed"], ready
+        assert not ran.exists(), "a file of /tmp was run in the warm server"
+        o = _evaluate(t, repo, t.solution(repo), tmp_path)  # and its children still import their own folder
+        assert o.passed, o.log
+    finally:
+        planted.unlink()
+
 def test_a_main_module_is_never_preloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The unconfined server imports modules, it never runs programs: ``unittest.__main__`` starts a test
     discovery when imported. Neither the plan (an import statement of the pull request) nor the growth
