@@ -7,12 +7,12 @@ and with more timed calls, interleaving both sides so drift in clocks or load fa
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import scratch
 from .basebranch import BaseComparison
 from .basebranch import compare as compare_base
 from .candidate import Candidate
@@ -38,7 +38,7 @@ def interleaved(target: Target, a: Solution, b: Solution, workloads: tuple[Workl
     solution has a Triton cache of its own (``a``'s two runs share one; ``es.cache_dir`` is not
     used): in one cache ``b`` could plant files (a cuda_utils.so, a slower cubin) that ``a``'s
     second run loads."""
-    with tempfile.TemporaryDirectory(prefix=f"{prefix}a-") as ca, tempfile.TemporaryDirectory(prefix=f"{prefix}b-") as cb:
+    with scratch.folder(f"{prefix}a-") as ca, scratch.folder(f"{prefix}b-") as cb:
         ea, eb = replace(es, cache_dir=Path(ca)), replace(es, cache_dir=Path(cb))
         first = home(evaluate, target.definition, a, workloads, target.tolerance, ea)
         other = home(evaluate, target.definition, b, workloads, target.tolerance, eb)

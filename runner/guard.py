@@ -16,12 +16,12 @@ import json
 import math
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from . import scratch
 from .candidate import Candidate
 from .energy import timing_noise
 from .evaluator import EvalSettings, Outcome, evaluate
@@ -246,8 +246,7 @@ def _check(target: Target, base: Solution, cand: Candidate, shapes: Sequence[Gua
     # A Triton cache per solution: the PR's two runs share the PR's, the candidate has its own. In one
     # shared cache the candidate could plant files (a cuda_utils.so, cubins) that the PR's second run
     # loads, making the PR's kernel slower so that the candidate passes.
-    with tempfile.TemporaryDirectory(prefix="kernelpro-guard-base-") as base_cache, \
-            tempfile.TemporaryDirectory(prefix="kernelpro-guard-cand-") as cand_cache:
+    with scratch.folder("kernelpro-guard-base-") as base_cache, scratch.folder("kernelpro-guard-cand-") as cand_cache:
         # One verification trial and one secret check per shape and run: the listed workloads had the
         # full verification in the gate; here the reference is recomputed for each of the three runs
         # (its seed pool is sized for one run when outputs are large), and on the H200 the demo's guard

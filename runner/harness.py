@@ -398,6 +398,12 @@ def _new_modules(before: set[str], tree: set[str], most: int = 5000) -> list[str
     return sorted(m for m in sys.modules if m not in before and m.partition(".")[0] not in tree)[:most]
 
 
+def _in_place(req: Mapping[str, Any]) -> frozenset[int]:
+    """Positions of the definition's outputs that the configuration says are written into an input."""
+    written = (req["solution"]["spec"].get("in_place") or {}) if isinstance(req.get("solution"), Mapping) else {}
+    return frozenset(k for k, name in enumerate(req["definition"]["outputs"]) if name in written)
+
+
 def _outputs_of(fn: Callable[..., Any], req: Mapping[str, Any]) -> Callable[..., Any]:
     """The entry point as a function returning exactly the definition's outputs, in order, where the
     configuration says which of its returned values they are (``returns``) or which inputs it writes
@@ -526,8 +532,11 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 
 def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor], dps: bool,
+          in_place: frozenset[int] | None = None,
           _plain: Callable[[Sequence[Any]], None] = _plain, _data_ptr: Any = _data_ptr) -> tuple[Any, ...]:
-    """One call; what it returns is checked to be results, not promises of them (``_plain``)."""
+    """One call; what it returns is checked to be results, not promises of them (``_plain``), and, with
+    ``in_place`` (the verified and timed calls: the definition's outputs, those at these positions
+    written into inputs), each returned output new and dense (``_own``)."""
     if dps:
         where = [(_data_ptr(o), o.shape, o.stride()) for o in outputs]
         fn(*inputs, *outputs)
@@ -538,7 +547,26 @@ def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor]
         return tuple(outputs)
     got = _as_tuple(fn(*inputs))
     _plain(got)
+    if in_place is not None:
+        _own(got, inputs, in_place)
     return got
+
+
+def _own(got: Sequence[Any], inputs: Sequence[Any], in_place: frozenset[int]) -> None:
+    """A returned output is a result of the call's own: not a strided view (``a.t()`` returned for a
+    transpose did no work, and the copy the harness then made, after the timer, did it: 13x faster
+    than the honest kernel, a red-team candidate of session 25), nor memory of an input."""
+    mine = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()}
+    for k, g in enumerate(got):
+        if k in in_place or not isinstance(g, torch.Tensor) or not g.numel():
+            continue
+        if not g.is_contiguous():
+            raise CandidateError("INCORRECT_SHAPE", json.dumps(
+                {"output_index": k, "reason": "not contiguous: a strided view is not a result (the copy that "
+                 "lays it out would be the work)", "stride": list(g.stride())}))
+        if g.untyped_storage().data_ptr() in mine:
+            raise CandidateError("RUNTIME_ERROR", f"LAZY_OUTPUT: output {k} is memory of an input, not a result "
+                                 "of the call (declare it `in_place:` where the kernel writes it there)")
 
 
 class _Ops(TorchDispatchMode):
@@ -690,7 +718,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                     outs = _poisoned_outputs(definition, workload["axes"], device, second)
                     if not dps:
                         _prime_allocator(definition, workload["axes"], device, second)
-                    got = _snapshot(_call(_watched(fn, ops), mine, outs, dps))
+                    got = _snapshot(_call(_watched(fn, ops), mine, outs, dps, _in_place(req)))
                 _sync(device)
                 _check_primitives()
             except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
@@ -937,6 +965,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     ``kind='cal'``: the same loop around the harness's own null call, before the candidate exists."""
     t = req["timing"]
     definition = req["definition"]
+    in_place = _in_place(req)
     # The channel main() bound before any candidate code ran, never what _CHANNEL holds now (a
     # candidate could put a proxy there; _check_primitives refuses that by name).
     channel = _bound[0] if checks is not None and _bound else None
@@ -948,7 +977,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     mode = "events" if device == "cuda" else "cpu"
     with torch.no_grad():
         for i in range(t["warmup"]):
-            _call(fn, sets[i % n_sets], slots[i % ring], dps)
+            _call(fn, sets[i % n_sets], slots[i % ring], dps, in_place)
         _sync(device)
         _check_primitives()
         samples: list[float] = []
@@ -959,7 +988,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             # Size the rep count from one timed call so tiny and huge kernels both get ~target_ms.
             _record(start)
-            _call(fn, sets[0], slots[0], dps)
+            _call(fn, sets[0], slots[0], dps, in_place)
             _record(end)
             _synchronize()
             _check_primitives()
@@ -999,11 +1028,11 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
                     graphs[k][0].replay()
                     got = graphs[k][1]
                 else:
-                    got = _call(fn, inputs, slots[k], dps)
+                    got = _call(fn, inputs, slots[k], dps, in_place)
                 _record(e)
             else:
                 t0 = _perf_counter()
-                got = _call(fn, inputs, slots[k], dps)
+                got = _call(fn, inputs, slots[k], dps, in_place)
                 samples.append((_perf_counter() - t0) * 1e3)
             # The candidate's own tensors are copied into the slot in stream order, right after the
             # call: what it writes into them later is not what the digest committed.

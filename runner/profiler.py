@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import confinement
+from . import confinement, scratch
 from .evaluator import EvalSettings, _request
 from .evidence import KernelProfile, Profile, SassStats, Timeline
 from .sandbox import read_capped, run_child
@@ -186,7 +185,7 @@ def _ncu(definition: Definition, solution: Solution, workload: Workload, es: Eva
         return [], [NCU_MISSING]
     req = {**_request(definition, solution, [workload], Tolerance(), es), "mode": "profile"}
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="kernelpro-ncu-") as tmp:
+    with scratch.folder("kernelpro-ncu-") as tmp:
         # ncu's log folder: written by ncu's layer alone, never by the harness and candidate below it
         # (one swapped the log for a link to an SSH key, which was read back into the profile).
         confinement.tool_only(tmp)
@@ -360,7 +359,7 @@ def _profile(definition: Definition, solution: Solution, workloads: Sequence[Wor
     kernels: list = []
     sass = None
     stages: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="kernelpro-prof-") as tmp:
+    with scratch.folder("kernelpro-prof-") as tmp:
         # Fresh, or the standby's own: every cubin in it is this candidate's (a standby's imports may
         # have put Triton's driver stubs there, never a kernel of ours).
         cache = standby.cache if standby is not None and ps.ncu else Path(tmp) / "triton-cache"

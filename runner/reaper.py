@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import procstat
+from . import procstat, scratch
 
 PR_SET_CHILD_SUBREAPER = 36
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -144,7 +143,7 @@ def kill_tree(spared: frozenset[int] = frozenset(), wait_s: float = 5.0) -> int:
 
 
 def _remove(folder: str) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+    scratch.remove(folder)
 
 
 def stop(signum: int = signal.SIGINT) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import mmap
 import os
 import shutil
@@ -23,7 +24,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import confinement, procstat, reaper
+from . import confinement, procstat, reaper, scratch
 from .environment import SandboxError, child_variables, scrubbed_env
 
 __all__ = ["SandboxError", "child_variables", "scrubbed_env"]  # where callers have always found them
@@ -140,7 +140,7 @@ def run_child(request: Mapping[str, Any], *, timeout_s: float, device: str,
     sandbox = {"network": network, "parent": protect_parent(), "confinement": confined.description}
     # The fork server confines a child exactly as the most confined user-namespace variant does.
     forkable = fork and not wrapper and (not prefix or tuple(prefix[1:]) == _VARIANTS_USER[0])
-    with tempfile.TemporaryDirectory(prefix="kernelpro-cand-") as tmp:
+    with scratch.folder("kernelpro-cand-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps(request))
         env = scrubbed_env({**child_variables(work, device, cache_dir), **(variables or {})})
@@ -342,11 +342,23 @@ def _split_wall(doc: dict[str, Any], popen: float, exited: float, joined: float)
     clock, phases = doc.get("clock"), doc.get("phases")
     if not (isinstance(clock, dict) and isinstance(phases, dict)):
         return
-    started, ended = clock.get("started"), clock.get("ended")
-    if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+    started, ended = _stamp(clock.get("started")), _stamp(clock.get("ended"))
+    if started is not None and ended is not None:
         phases["launch"] = max(0.0, started - popen)
         phases["teardown"] = max(0.0, exited - ended)
     phases["judge_tail"] = max(0.0, joined - exited)
+
+
+def _stamp(value: Any) -> float | None:
+    """A clock reading the child wrote: a finite float, else None (a 401-digit int raised
+    OverflowError here, in the parent)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        v = float(value)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ import ast
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -33,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import scratch
 from .sandbox import ChildResult, run_child
 from .trace import Solution
 
@@ -142,4 +142,4 @@ class NcuStandby:
         if self._request is None:
             self._request = {"mode": "quit"}
         self._thread.join(timeout=60)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        scratch.remove(self.dir)

@@ -78,7 +78,8 @@ SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", 
 def test_every_fixture_is_tested() -> None:
     on_disk = {p.stem for p in FIXTURES.glob("*.py")}
     tested = set(SIMPLE) | {"reads_reference", "env_secrets", "network", "sleeps", "truncate_outputs",
-                            "poison_diagnostics", "hide_ops", "adaptive_skip", "memory_escape", "digest_forge"}
+                            "poison_diagnostics", "hide_ops", "adaptive_skip", "memory_escape", "digest_forge",
+                            "deep_folders", "huge_clock", "concentrate", "strided_view", "returned_input"}
     assert on_disk == tested
     assert len(on_disk) >= 12
 
@@ -103,6 +104,55 @@ def test_a_digest_forged_within_the_tolerance_after_the_checks_were_named_is_ref
     assert outcome.status == expect and outcome.log.startswith("LATE_WRITE"), (outcome.status, outcome.log[-800:])
     honest = evaluate(bf16, candidate("honest", PY_TORCH, definition=bf16.name), loads, Tolerance(),
                       settings(tmp_path / "h", trials=3))
+    assert honest.passed, honest.log
+
+
+def test_what_a_candidate_leaves_behind_never_ends_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deep_folders.py (3000 nested folders: RecursionError in the clean-up) and huge_clock.py (a 401-digit
+    clock stamp: OverflowError) each ended the whole run in the parent; both are honest otherwise."""
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the children's folders, here alone
+    for name in ("deep_folders", "huge_clock"):
+        outcome, expect = judge(tmp_path / name, name, trials=1)
+        assert outcome.status == expect, (name, outcome.status, outcome.log[-800:])
+    assert not list(scratch.glob("kernelpro-cand-*")), "a candidate's folder was left behind"
+
+
+def test_work_concentrated_in_one_timed_call_is_reported_at_its_true_cost(tmp_path: Path) -> None:
+    """concentrate.py: 30 ms of work a call, all of a phase's done in its first call: its median was
+    0.036 ms. On the CPU the parent's own intervals between commits, less the loop's cost, stand."""
+    outcome, expect = judge(tmp_path, "concentrate", trials=1)
+    assert outcome.status == expect, outcome.log[-800:]
+    medians = [r.timing.median_ms for r in outcome.results if r.timing is not None]
+    assert medians and min(medians) > 20.0, medians
+
+
+def _layout(name: str, out_shape: list[str], reference: str) -> tuple[Definition, list[Workload]]:
+    d = Definition.from_json({
+        "name": name, "op_type": "layout", "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 64}},
+        "inputs": {"a": {"shape": ["M", "N"], "dtype": "float32"}},
+        "outputs": {"out": {"shape": out_shape, "dtype": "float32"}},
+        "reference": f"import torch\n\ndef run(a):\n    return {reference}\n"})
+    return d, [Workload.from_json({"axes": {"M": 32}, "inputs": {"a": {"type": "random"}}, "uuid": "m32"})]
+
+
+@pytest.mark.parametrize(("name", "out_shape", "reference", "why"), [
+    ("strided_view", ["N", "M"], "a.t().contiguous()", "not contiguous"),
+    ("returned_input", ["M", "N"], "a.clone()", "LAZY_OUTPUT: output 0 is memory of an input"),
+])
+def test_a_returned_view_or_input_is_no_result(tmp_path: Path, name: str, out_shape: list[str], reference: str,
+                                              why: str) -> None:
+    """A transpose returned as ``a.t()``, a copy returned as ``a``: no work in the call, and the harness's
+    copy after it (outside the timer) did it. The honest kernel of each passes (the control)."""
+    d, loads = _layout(f"{name}_f32", out_shape, reference)
+    text, expect, dps = fixture(name)
+    outcome = evaluate(d, candidate(name, text, dps, definition=d.name), loads, Tolerance(), settings(tmp_path, trials=1))
+    assert outcome.status == expect and why in outcome.log, (outcome.status, outcome.log[-600:])
+    honest = evaluate(d, candidate("honest", f"def run(a):\n    return {reference}\n", definition=d.name), loads,
+                      Tolerance(), settings(tmp_path / "h", trials=1))
     assert honest.passed, honest.log
 
 def test_an_honest_candidate_passes_the_same_checks(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import scratch
+
 _CHILD = """
 import json, os, sys
 proto = os.fdopen(os.dup(1), "w", buffering=1)
@@ -111,7 +113,7 @@ class ChildRunner:
     def __init__(self, requests: Mapping[str, Mapping[str, Any]], timeout_s: float = 300.0) -> None:
         self._procs: dict[str, subprocess.Popen[str]] = {}
         self._graph: dict[str, bool] = {}
-        self._dirs: list[tempfile.TemporaryDirectory[str]] = []
+        self._dirs: list[str] = []  # scratch folders, removed by scratch.remove
         self._work: dict[str, Path] = {}
         self._err: dict[str, int] = {}
         self.timeout_s = timeout_s
@@ -142,9 +144,9 @@ class ChildRunner:
         prefix, network = network_isolation(device)
         confined = confinement.required(pid_namespace="-p" in prefix)
         self.sandbox = {"network": network, "confinement": confined.description}
-        tmp = tempfile.TemporaryDirectory(prefix="kernelpro-energy-")
+        tmp = tempfile.mkdtemp(prefix="kernelpro-energy-")
         self._dirs.append(tmp)
-        work = Path(tmp.name)
+        work = Path(tmp)
         self._work[arm] = work
         (work / "request.json").write_text(json.dumps(req))
         # A Triton cache of this arm's own (one folder per solution, kept across workloads): what one
@@ -242,8 +244,7 @@ class ChildRunner:
                 os.close(fd)
         self._err.clear()
         for d in self._dirs:
-            with contextlib.suppress(OSError):
-                d.cleanup()
+            scratch.remove(d)
         self._dirs.clear()
 
 
