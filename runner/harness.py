@@ -398,10 +398,12 @@ def _new_modules(before: set[str], tree: set[str], most: int = 5000) -> list[str
     return sorted(m for m in sys.modules if m not in before and m.partition(".")[0] not in tree)[:most]
 
 
-def _in_place(req: Mapping[str, Any]) -> frozenset[int]:
-    """Positions of the definition's outputs that the configuration says are written into an input."""
+def _in_place(req: Mapping[str, Any]) -> tuple[int, frozenset[int]]:
+    """The definition's number of outputs, and the positions of those the configuration says are
+    written into an input (``_call``'s ``own``)."""
     written = (req["solution"]["spec"].get("in_place") or {}) if isinstance(req.get("solution"), Mapping) else {}
-    return frozenset(k for k, name in enumerate(req["definition"]["outputs"]) if name in written)
+    names = list(req["definition"]["outputs"])
+    return len(names), frozenset(k for k, name in enumerate(names) if name in written)
 
 
 def _outputs_of(fn: Callable[..., Any], req: Mapping[str, Any]) -> Callable[..., Any]:
@@ -532,11 +534,11 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 
 def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor], dps: bool,
-          in_place: frozenset[int] | None = None,
+          own: tuple[int, frozenset[int]] | None = None,
           _plain: Callable[[Sequence[Any]], None] = _plain, _data_ptr: Any = _data_ptr) -> tuple[Any, ...]:
     """One call; what it returns is checked to be results, not promises of them (``_plain``), and, with
-    ``in_place`` (the verified and timed calls: the definition's outputs, those at these positions
-    written into inputs), each returned output new and dense (``_own``)."""
+    ``own`` (the verified and timed calls: the definition's number of outputs, and the positions of
+    those written into inputs), each returned output new and dense (``_own``)."""
     if dps:
         where = [(_data_ptr(o), o.shape, o.stride()) for o in outputs]
         fn(*inputs, *outputs)
@@ -547,8 +549,8 @@ def _call(fn: Callable[..., Any], inputs: list[Any], outputs: list[torch.Tensor]
         return tuple(outputs)
     got = _as_tuple(fn(*inputs))
     _plain(got)
-    if in_place is not None:
-        _own(got, inputs, in_place)
+    if own is not None and len(got) == own[0]:  # another count is the parent's INCORRECT_SHAPE, with its hint
+        _own(got, inputs, own[1])
     return got
 
 
