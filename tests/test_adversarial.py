@@ -30,6 +30,15 @@ from kernelpro.runner.trace import BuildSpec, Definition, Solution, SourceFile, 
 FIXTURES = Path(__file__).parent / "fixtures" / "adversarial"
 SWIGLU = Definition.from_json(DEFINITION)
 LOADS = [Workload.from_json(w) for w in WORKLOADS]
+# bfloat16 (tolerance 1e-2): room within it for digest_forge.py to move its outputs' bit patterns.
+SWIGLU_BF16 = Definition.from_json({
+    "name": "swiglu_bf16_n256", "op_type": "elementwise",
+    "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 256}},
+    "inputs": {"a": {"shape": ["M", "N"], "dtype": "bfloat16"}, "b": {"shape": ["M", "N"], "dtype": "bfloat16"}},
+    "outputs": {"out": {"shape": ["M", "N"], "dtype": "bfloat16"}},
+    "reference": "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"})
+LOADS_BF16 = [Workload.from_json({"axes": {"M": 64}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
+                                  "uuid": "m64"})]
 
 
 def settings(tmp_path: Path, **kw: object) -> EvalSettings:
@@ -90,14 +99,7 @@ def test_a_digest_forged_within_the_tolerance_after_the_checks_were_named_is_ref
     checks, to the right outputs moved within bfloat16's tolerance until their sum of bit patterns is the
     one committed for the stale output. It passed, at a median of 0.01 ms; a CPU call's commit now also
     carries a BLAKE2b of its bytes (runner/harness.py ``_strong``)."""
-    bf16 = Definition.from_json({
-        "name": "swiglu_bf16_n256", "op_type": "elementwise",
-        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 256}},
-        "inputs": {"a": {"shape": ["M", "N"], "dtype": "bfloat16"}, "b": {"shape": ["M", "N"], "dtype": "bfloat16"}},
-        "outputs": {"out": {"shape": ["M", "N"], "dtype": "bfloat16"}},
-        "reference": "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"})
-    loads = [Workload.from_json({"axes": {"M": 64}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
-                                 "uuid": "m64"})]
+    bf16, loads = SWIGLU_BF16, LOADS_BF16
     text, expect, dps = fixture("digest_forge")
     outcome = evaluate(bf16, candidate("digest_forge", text, dps, definition=bf16.name), loads, Tolerance(),
                        settings(tmp_path, trials=3))

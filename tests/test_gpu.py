@@ -551,23 +551,14 @@ def test_a_digest_forged_within_the_tolerance_is_refused_on_the_gpu(tmp_path):
     each call's bytes and refuse it (LATE_WRITE); a GPU's would need its outputs on the host every call,
     or a hash computed on the GPU, or the parent's own copy of the kept calls (the plan). Strict: the
     day this is refused, the mark goes."""
-    from test_adversarial import candidate, fixture
+    from test_adversarial import LOADS_BF16, SWIGLU_BF16, candidate, fixture
 
     from kernelpro.runner.evaluator import evaluate
     from kernelpro.runner.target import Tolerance
-    from kernelpro.runner.trace import Definition, Workload
 
-    bf16 = Definition.from_json({
-        "name": "swiglu_bf16_n256", "op_type": "elementwise",
-        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 256}},
-        "inputs": {"a": {"shape": ["M", "N"], "dtype": "bfloat16"}, "b": {"shape": ["M", "N"], "dtype": "bfloat16"}},
-        "outputs": {"out": {"shape": ["M", "N"], "dtype": "bfloat16"}},
-        "reference": "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"})
-    loads = [Workload.from_json({"axes": {"M": 64}, "inputs": {"a": {"type": "random"}, "b": {"type": "random"}},
-                                 "uuid": "m64"})]
     text, expect, dps = fixture("digest_forge")
-    outcome = evaluate(bf16, candidate("digest_forge", text, dps, definition=bf16.name), loads, Tolerance(),
-                       _gpu_settings(tmp_path, trials=3))
+    outcome = evaluate(SWIGLU_BF16, candidate("digest_forge", text, dps, definition=SWIGLU_BF16.name), LOADS_BF16,
+                       Tolerance(), _gpu_settings(tmp_path, trials=3))
     assert outcome.status == expect, (outcome.status, outcome.log[-800:])
 
 
