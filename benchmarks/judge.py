@@ -16,7 +16,7 @@ that size, through the evaluator's own functions:
 - place: ``_placed`` (to the judge's device: the candidate's output, then the reference and its float64,
   whose GPU copies the reference keeps from the first file on, as for a search's candidates);
 - compare: ``comparison.compare`` on the judge's device;
-- identical: the second poison run's shortcut (``_identical``, bit for bit the first run, on the host
+- identical: the second poison run's shortcut (the harness's ``same_run``, bit for bit the first run, on the host
   copies before anything is placed).
 
 Prints the median of each step per file and the projected judging per evaluation. ``place`` is
@@ -40,7 +40,8 @@ import torch
 
 from kernelpro.runner import tensorfile
 from kernelpro.runner.comparison import compare
-from kernelpro.runner.evaluator import _identical, _load, _Placed, _placed, judge_device
+from kernelpro.runner.evaluator import _load, _Placed, _placed, judge_device
+from kernelpro.runner.harness import same_run
 from kernelpro.runner.timekeeper import digest_of
 
 N = 4096  # the demo's hidden size
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict, stats = compare("out", "float32", placed[0], w[0], 1e-5, 1e-5, w64[0])
             _sync(on)
             t5 = time.perf_counter()
-            _identical(loaded, previous)  # on the host copies, as the judge does before placing
+            same_run(previous, loaded)  # on the host copies, as the judge does before placing
             t6 = time.perf_counter()
             previous = loaded
             if verdict is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tensorfile
-from .sandbox import ChildResult, SandboxError, read_capped_pages, run_child
+from .sandbox import ChildResult, SandboxError, finite, read_capped_pages, run_child
 from .target import Tolerance
 from .timekeeper import OP_NAME, Timekeeper, digest_of
 from .trace import (
@@ -185,13 +185,8 @@ started, which is a new reference child whenever the secret check seeds were spe
 def seconds(value: Any) -> float:
     """A duration the candidate's process reported (or a journal kept): a finite, non-negative float,
     else 0.0. Diagnostics only, but the report adds them up."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0.0
-    try:
-        v = float(value)
-    except OverflowError:  # an int of 400 digits
-        return 0.0
-    return v if math.isfinite(v) and v >= 0 else 0.0
+    v = finite(value)
+    return v if v is not None and v >= 0 else 0.0
 
 
 def clean_phases(raw: Any) -> dict[str, float]:
@@ -660,6 +655,7 @@ class _OutputJudge:
 
     def _judge(self, path: Path, want: Any, want64: Any, where: dict[str, Any]) -> None:
         from .comparison import compare
+        from .harness import same_run
 
         try:
             got = _load(path, self.cap)
@@ -670,7 +666,7 @@ class _OutputJudge:
             raise _Verdict("INCORRECT_SHAPE", f"returned {n} outputs, the definition has {len(self.named)}")
         # On the host, before anything is copied to the GPU: a second run identical to the first costs
         # one comparison of host memory, not two copies to the GPU and a comparison there.
-        if where.get("run") == "second poison" and _identical(got, self.previous):
+        if where.get("run") == "second poison" and same_run(self.previous, got):
             self.identical += 1
             return  # bit for bit the first run of this trial, which passed: the same verdict, for free
         self.previous = got
@@ -806,25 +802,6 @@ def _follow(judges: Sequence[_OutputJudge], keeper: Timekeeper) -> None:
         j.advance(quiet=keeper.quiet)
         if not j.finished:
             return
-
-
-def _identical(a: list[Any], b: list[Any]) -> bool:
-    import torch
-
-    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-    def same(x: torch.Tensor, y: torch.Tensor) -> bool:
-        # Bit for bit: NaN equals NaN where the reference's answer is NaN, and float8 has no torch.equal
-        # kernel on the CPU.
-        if x.dtype.is_floating_point and x.element_size() in bits:
-            x, y = x.view(bits[x.element_size()]), y.view(bits[y.element_size()])
-        return torch.equal(x, y)
-
-    return len(a) == len(b) and all(
-        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
-        and x.shape == y.shape and x.stride() == y.stride() and x.device == y.device and same(x, y)
-        for x, y in zip(a, b, strict=True)
-    )
 
 
 def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float], keeper: Timekeeper,

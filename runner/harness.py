@@ -398,7 +398,7 @@ def _new_modules(before: set[str], tree: set[str], most: int = 5000) -> list[str
     return sorted(m for m in sys.modules if m not in before and m.partition(".")[0] not in tree)[:most]
 
 
-def _in_place(req: Mapping[str, Any]) -> tuple[int, frozenset[int]]:
+def _ownership(req: Mapping[str, Any]) -> tuple[int, frozenset[int]]:
     """The definition's number of outputs, and the positions of those the configuration says are
     written into an input (``_call``'s ``own``)."""
     written = (req["solution"]["spec"].get("in_place") or {}) if isinstance(req.get("solution"), Mapping) else {}
@@ -631,10 +631,11 @@ def _mark(path: Path) -> str:
     return path.name
 
 
-def _same_run(first: Sequence[Any], second: Sequence[Any]) -> bool:
+def same_run(first: Sequence[Any], second: Sequence[Any]) -> bool:
     """Whether a trial's second run returned bit for bit what its first did: tensors of the same
-    dtype, shape, strides and device; plain numbers of the same type and bits. Anything else is saved
-    and left to the parent."""
+    dtype, shape, strides and device; plain numbers of the same type and bits. Here, where anything
+    else is saved and left to the parent, and in the parent on the loaded files (runner/evaluator.py),
+    which then judges a second run no further."""
     if len(first) != len(second):
         return False
     for a, b in zip(first, second, strict=True):
@@ -701,12 +702,13 @@ def _reference_run(req: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
 def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str, Any], wi: int,
                    workdir: Path, _check_primitives: Callable[[], None] = _check_primitives,
                    _call: Any = _call, _snapshot: Any = _snapshot, _sync: Any = _sync,
-                   _same_run: Any = _same_run, _mark: Any = _mark) -> dict[str, Any]:
+                   _same_run: Any = same_run, _mark: Any = _mark) -> dict[str, Any]:
     """Run every trial twice (NaN poison, then a finite one) and save the outputs of both (of the second
     only a marker where it is bit for bit the first); then time."""
     definition, device = req["definition"], req["device"]
     dps = req["solution"]["spec"].get("destination_passing_style", True)
     trials, base = req["trials"], req["seed"]
+    own = _ownership(req)
     files: list[list[str]] = []
     ops: set[str] = set()  # what the verified calls dispatched (every trial, both runs)
     for t in range(trials):
@@ -720,7 +722,7 @@ def _candidate_run(fn: Callable[..., Any], req: Mapping[str, Any], workload: Map
                     outs = _poisoned_outputs(definition, workload["axes"], device, second)
                     if not dps:
                         _prime_allocator(definition, workload["axes"], device, second)
-                    got = _snapshot(_call(_watched(fn, ops), mine, outs, dps, _in_place(req)))
+                    got = _snapshot(_call(_watched(fn, ops), mine, outs, dps, own))
                 _sync(device)
                 _check_primitives()
             except BaseException as exc:  # SystemExit too; the harness must outlive the candidate
@@ -967,7 +969,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     ``kind='cal'``: the same loop around the harness's own null call, before the candidate exists."""
     t = req["timing"]
     definition = req["definition"]
-    in_place = _in_place(req)
+    own = _ownership(req)
     # The channel main() bound before any candidate code ran, never what _CHANNEL holds now (a
     # candidate could put a proxy there; _check_primitives refuses that by name).
     channel = _bound[0] if checks is not None and _bound else None
@@ -979,7 +981,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
     mode = "events" if device == "cuda" else "cpu"
     with torch.no_grad():
         for i in range(t["warmup"]):
-            _call(fn, sets[i % n_sets], slots[i % ring], dps, in_place)
+            _call(fn, sets[i % n_sets], slots[i % ring], dps, own)
         _sync(device)
         _check_primitives()
         samples: list[float] = []
@@ -990,7 +992,7 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
             # Size the rep count from one timed call so tiny and huge kernels both get ~target_ms.
             _record(start)
-            _call(fn, sets[0], slots[0], dps, in_place)
+            _call(fn, sets[0], slots[0], dps, own)
             _record(end)
             _synchronize()
             _check_primitives()
@@ -1030,11 +1032,11 @@ def _time(fn: Callable[..., Any], req: Mapping[str, Any], workload: Mapping[str,
                     graphs[k][0].replay()
                     got = graphs[k][1]
                 else:
-                    got = _call(fn, inputs, slots[k], dps, in_place)
+                    got = _call(fn, inputs, slots[k], dps, own)
                 _record(e)
             else:
                 t0 = _perf_counter()
-                got = _call(fn, inputs, slots[k], dps, in_place)
+                got = _call(fn, inputs, slots[k], dps, own)
                 samples.append((_perf_counter() - t0) * 1e3)
             # The candidate's own tensors are copied into the slot in stream order, right after the
             # call: what it writes into them later is not what the digest committed.

@@ -342,16 +342,16 @@ def _split_wall(doc: dict[str, Any], popen: float, exited: float, joined: float)
     clock, phases = doc.get("clock"), doc.get("phases")
     if not (isinstance(clock, dict) and isinstance(phases, dict)):
         return
-    started, ended = _stamp(clock.get("started")), _stamp(clock.get("ended"))
+    started, ended = finite(clock.get("started")), finite(clock.get("ended"))
     if started is not None and ended is not None:
         phases["launch"] = max(0.0, started - popen)
         phases["teardown"] = max(0.0, exited - ended)
     phases["judge_tail"] = max(0.0, joined - exited)
 
 
-def _stamp(value: Any) -> float | None:
-    """A clock reading the child wrote: a finite float, else None (a 401-digit int raised
-    OverflowError here, in the parent)."""
+def finite(value: Any) -> float | None:
+    """A number a child wrote (a clock reading, a duration): a finite float, else None. A 401-digit
+    int raised OverflowError in the parent (runner/evaluator.py ``seconds`` reads through this too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
