@@ -85,7 +85,7 @@ declare -A tiers=(
   [t1]="demo or nvml or profiling or graph"
   [t2]="cuda_example or reactive or scalar or launcher or patched or side_stream"
   [t3]="pool or extension or cuda_candidate or fork or illegal or memcheck"
-  [t4]="energy_passive or adversarial or evaluate_statuses or checked_calls or energy_arm or (forged_timings and events) or digest_forged"
+  [t4]="energy_passive or adversarial or evaluate_statuses or checked_calls or energy_arm or (forged_timings and events) or digest_forged or gpu_blake3"
 )
 
 step() {  # one step; its files under $base/$1

@@ -11,7 +11,7 @@ are saved: 8 files (3 + 5). At M=16384 each file is 256 MB. This times the paren
 that size, through the evaluator's own functions:
 
 - read: ``_load`` (``read_capped_pages`` into fresh pages of its own, tensorfile's views of them);
-- digest: ``digest_of`` (the committed digest of a timed call, recomputed where the judge placed the
+- digest: ``digest_of`` (the committed digest of a timed call, sums and BLAKE3, recomputed where the judge placed the
   outputs: on the GPU of a CUDA evaluation, no longer on the host);
 - place: ``_placed`` (to the judge's device: the candidate's output, then the reference and its float64,
   whose GPU copies the reference keeps from the first file on, as for a search's candidates);
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             placed, _, _ = _placed(judge, loaded, None, None)  # type: ignore[arg-type]
             _sync(on)
             t2 = time.perf_counter()
-            digest_of(placed)  # where the judge holds them, as it checks a timed call's digest
+            digest_of(placed, args.device)  # where the judge holds them, as it checks a timed call's digest (sums, BLAKE3)
             t3 = time.perf_counter()
             _, w, w64 = _placed(judge, [], [want], [want64])  # type: ignore[arg-type]
             _sync(on)

@@ -86,6 +86,16 @@ class Kernel:
         self._smem_limit = _DEFAULT_DYNAMIC_SMEM
         self._lib = lib
 
+    def sibling(self, name: str) -> Kernel:
+        """Another kernel of the module this one was loaded from: no second load, no second JIT."""
+        other = object.__new__(Kernel)
+        other.name, other.ctx, other.module, other._lib = name, self.ctx, self.module, self._lib
+        other._smem_limit = _DEFAULT_DYNAMIC_SMEM
+        other.function = ctypes.c_void_p()
+        _check(self._lib.cuModuleGetFunction(ctypes.byref(other.function), self.module, name.encode()),
+               f"cuModuleGetFunction({name!r})")
+        return other
+
     def launch(self, grid: Sequence[int], block: Sequence[int], shared_bytes: int, params: Any, stream: int) -> None:
         lib = self._lib
         current = ctypes.c_void_p()

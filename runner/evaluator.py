@@ -675,7 +675,7 @@ class _OutputJudge:
             # Where the outputs now are: on the GPU a sum of a 235 MB file is a fraction of a millisecond,
             # on the host 0.057 s (the H200 host, session 22); exact integers either way.
             committed = where.pop("digest")
-            if committed is None or tuple(committed) != digest_of(got, strong=self.keeper.device == "cpu"):
+            if committed is None or tuple(committed) != digest_of(got, self.keeper.device):
                 raise _Verdict("RUNTIME_ERROR", f"LATE_WRITE: the saved outputs of timed call {where['timed_call']} "
                                "are not what the call had written when it returned (their digest, committed to the "
                                "parent before it said which calls it checks, differs): work done after the call, "

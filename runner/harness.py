@@ -825,8 +825,8 @@ def _strong(values: Sequence[Any], _blake2b: Any = hashlib.blake2b) -> list[int]
     as two signed 64-bit numbers). A sum of bit patterns is linear: a candidate that skipped a timed
     call's work, once told which calls were checks, could compute their right outputs and move a few
     elements within the tolerance until their sum was the one it had committed (a red-team candidate
-    did, session 25). Finding bytes of a given BLAKE2b is not possible. Only on the host: a GPU's
-    outputs would have to be copied to it, every call (docs/timing.md says what stays open there)."""
+    did, session 25). Finding bytes of a given BLAKE2b is not possible. A CUDA evaluation's commits
+    carry ``_strong_gpu``'s instead: its outputs stay on the GPU."""
     out: list[int] = []
     for v in values:
         if isinstance(v, torch.Tensor):
@@ -838,13 +838,27 @@ def _strong(values: Sequence[Any], _blake2b: Any = hashlib.blake2b) -> list[int]
     return out
 
 
-def digest_host(values: Sequence[Any], strong: bool = False) -> tuple[int, ...]:
-    """The digest ``_digest`` commits, computed by the parent on the tensors it loaded, where they
-    are (on the host, or the copies it placed on its GPU); with ``strong`` (a CPU evaluation's, whose
-    commits carry it) ``_strong``'s hashes after it."""
+def _strong_gpu(values: Sequence[Any]) -> list[torch.Tensor]:
+    """Per tensor, the first 128 bits of BLAKE3 of its bytes as two int64 on its GPU (runner/blake3.py),
+    enqueued on the current stream: ``_strong``'s guarantee without copying the outputs to the host.
+    Its dtype and shape are the saved file's, which the parent checks against the definition."""
+    from .blake3 import blake3_words
+
+    return [blake3_words(v) for v in values if isinstance(v, torch.Tensor)]
+
+
+def digest_host(values: Sequence[Any], device: str) -> tuple[int, ...]:
+    """The digest ``_Commits`` commits for an evaluation on ``device``, computed by the parent on the
+    tensors it loaded, where they are (on the host, or the copies it placed on its GPU): the sums,
+    the plain numbers, then per tensor the hash that binds its bytes (BLAKE2b on the CPU, BLAKE3 on
+    the GPU, where a host tensor is copied for it)."""
     sums, scalars = _digest(values)
     digest = tuple(_wrap64(int(x)) for x in (sums.tolist() if sums is not None else [])) + tuple(scalars)
-    return digest + tuple(_strong([v.cpu() if isinstance(v, torch.Tensor) else v for v in values])) if strong else digest
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if device == "cpu":
+        return digest + tuple(_strong([v.cpu() for v in tensors]))
+    words = _strong_gpu([v if v.is_cuda else v.to("cuda") for v in tensors])
+    return digest + tuple(_wrap64(int(x)) for x in (torch.cat(words).tolist() if words else []))
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
@@ -880,28 +894,31 @@ class _Commits:
 
     def __init__(self, channel: _Channel | None, device: str) -> None:
         self.channel, self.device = channel, device
-        self.pending: list[tuple[int, Any, list[int], Any]] = []  # (call, host digest, scalars, event)
+        self.pending: list[tuple[int, Any, int, list[int], list[int], Any]] = []  # (call, sums then hashes, number of sums, scalars, host hashes, event)
         self.answered: set[int] = set()
         self.slots: dict[int, Sequence[Any]] = {}  # call -> its outputs, until answered
         self.kept: dict[int, list[Any]] = {}
 
     def commit(self, i: int, outputs: Sequence[Any], _record: Any = _record, _Event: Any = _Event,
-               _digest: Any = _digest, _strong: Any = _strong) -> None:
+               _digest: Any = _digest, _strong: Any = _strong, _strong_gpu: Any = _strong_gpu) -> None:
         self.slots[i] = outputs
         if self.channel is None:
             self.answered.add(i)
             return
+        # Sums, plain numbers, then the hashes that bind the bytes (runner/timekeeper.py digest_of).
         sums, scalars = _digest(outputs)
-        if self.device == "cpu":  # bound to the bytes, not only their sum (runner/timekeeper.py digest_of)
-            scalars = [*scalars, *_strong(outputs)]
+        n = 0 if sums is None else int(sums.numel())
+        strong: list[int] = []
         event = None
-        if sums is not None and self.device == "cuda":
-            host = torch.empty(sums.shape, dtype=torch.int64, pin_memory=True)
-            host.copy_(sums, non_blocking=True)
+        if self.device == "cpu":
+            strong = _strong(outputs)
+        elif sums is not None:
+            host = torch.empty(3 * n, dtype=torch.int64, pin_memory=True)
+            host.copy_(torch.cat([sums, *_strong_gpu(outputs)]), non_blocking=True)
             event = _Event()
             _record(event)
             sums = host
-        self.pending.append((i, sums, scalars, event))
+        self.pending.append((i, sums, n, scalars, strong, event))
 
     def pump(self, wait_for: int | None = None, _query: Any = _query, _event_sync: Any = _event_sync,
              _snapshot: Any = _snapshot) -> None:
@@ -910,13 +927,13 @@ class _Commits:
         if self.channel is None:
             return
         while True:
-            while self.pending and (self.pending[0][3] is None or _query(self.pending[0][3])
+            while self.pending and (self.pending[0][-1] is None or _query(self.pending[0][-1])
                                     or (wait_for is not None and self.pending[0][0] <= wait_for)):
-                i, sums, scalars, event = self.pending.pop(0)
+                i, sums, n, scalars, strong, event = self.pending.pop(0)
                 if event is not None:
                     _event_sync(event)
                 parts = [_wrap64(int(x)) for x in sums.tolist()] if sums is not None else []
-                self.channel.send({"c": [i, parts + scalars]})
+                self.channel.send({"c": [i, parts[:n] + scalars + parts[n:] + strong]})
             block = wait_for is not None and wait_for not in self.answered
             msg = self.channel.recv(block=block)
             if msg is None:

@@ -353,10 +353,11 @@ def _rep_bounds(device: str, t: Mapping[str, Any]) -> dict[str, tuple[int, int]]
     return {"cal": (cal, cal), "time": (cpu, cpu)}
 
 
-def digest_of(values: Sequence[Any], strong: bool = False) -> tuple[int, ...]:
-    """The parent's digest of saved outputs: the harness's (runner/harness.py ``_digest``), on the device
-    where the parent holds them; ``strong`` for a CPU evaluation, whose commits also carry a BLAKE2b
-    of each tensor (``_strong``): a sum alone can be met by other bytes within the tolerance."""
+def digest_of(values: Sequence[Any], device: str) -> tuple[int, ...]:
+    """The parent's digest of saved outputs: what the harness commits for an evaluation on ``device``
+    (runner/harness.py ``_Commits``), on the device where the parent holds them: sums of bit patterns,
+    then per tensor a hash that binds its bytes (BLAKE2b on the CPU, BLAKE3 on the GPU,
+    runner/blake3.py): a sum alone can be met by other bytes within the tolerance."""
     from .harness import digest_host
 
-    return digest_host(values, strong)
+    return digest_host(values, device)

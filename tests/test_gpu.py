@@ -544,13 +544,37 @@ def test_adversarial_candidates_are_rejected_on_the_gpu(tmp_path):
     assert after.passed, after.log  # the GPU is healthy for the next candidate
 
 
-@pytest.mark.xfail(strict=True, reason="open (docs/timing.md): a GPU call commits only the sum of its outputs' "
-                   "bit patterns, which a candidate that knows its checks can meet within the tolerance")
+def test_the_gpu_blake3_is_blake3_of_the_tensors_bytes(tmp_path):
+    """runner/blake3.py's kernels against the same functions built for the host (tests/test_blake3.py,
+    which checks those against BLAKE3's test vectors): every size of tree, odd sizes, empty, a view at
+    an odd bfloat16 element (unaligned), a non-contiguous view, several dtypes; and one flipped bit."""
+    import struct
+
+    from test_blake3 import VECTORS, host_hash, host_library, pattern
+
+    from kernelpro.runner.harness import digest_host
+
+    lib = host_library(tmp_path)
+    for n, want in VECTORS.items():
+        t = torch.tensor(list(pattern(n)), dtype=torch.uint8, device="cuda")
+        got = digest_host([t], "cuda")[1:]
+        assert got == struct.unpack("<qq", bytes.fromhex(want)[:16]), n
+    g = torch.Generator(device="cuda").manual_seed(0)
+    base = torch.randn(4097, 1031, device="cuda", generator=g)
+    cases = [base, base.bfloat16(), base.half()[1:], base.bfloat16().reshape(-1)[1:], base.t(), base[::3, 5:],
+             base.to(torch.int8), torch.empty(0, device="cuda"), (base > 0)]
+    for k, t in enumerate(cases):
+        got = digest_host([t], "cuda")[1:]
+        host = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+        assert got == struct.unpack("<qq", host_hash(lib, host)[:16]), k
+    flipped = base.clone()
+    flipped.view(torch.int32)[2000, 7] ^= 1
+    assert digest_host([flipped], "cuda")[1:] != digest_host([base], "cuda")[1:]
+
+
 def test_a_digest_forged_within_the_tolerance_is_refused_on_the_gpu(tmp_path):
-    """tests/fixtures/adversarial/digest_forge.py on CUDA tensors. The CPU's commits carry a BLAKE2b of
-    each call's bytes and refuse it (LATE_WRITE); a GPU's would need its outputs on the host every call,
-    or a hash computed on the GPU, or the parent's own copy of the kept calls (the plan). Strict: the
-    day this is refused, the mark goes."""
+    """tests/fixtures/adversarial/digest_forge.py on CUDA tensors: its forged outputs meet the committed
+    sums, not the BLAKE3 each call committed beside them (runner/blake3.py): LATE_WRITE, as on the CPU."""
     from test_adversarial import LOADS_BF16, SWIGLU_BF16, candidate, fixture
 
     from kernelpro.runner.evaluator import evaluate
