@@ -851,14 +851,22 @@ def digest_host(values: Sequence[Any], device: str) -> tuple[int, ...]:
     """The digest ``_Commits`` commits for an evaluation on ``device``, computed by the parent on the
     tensors it loaded, where they are (on the host, or the copies it placed on its GPU): the sums,
     the plain numbers, then per tensor the hash that binds its bytes (BLAKE2b on the CPU, BLAKE3 on
-    the GPU, where a host tensor is copied for it)."""
+    the GPU; a tensor the parent holds on the host, a judge on the CPU's, hashed there with numpy)."""
+    from .blake3 import blake3_host
+
     sums, scalars = _digest(values)
     digest = tuple(_wrap64(int(x)) for x in (sums.tolist() if sums is not None else [])) + tuple(scalars)
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if device == "cpu":
         return digest + tuple(_strong([v.cpu() for v in tensors]))
-    words = _strong_gpu([v if v.is_cuda else v.to("cuda") for v in tensors])
-    return digest + tuple(_wrap64(int(x)) for x in (torch.cat(words).tolist() if words else []))
+    words: list[int] = []
+    for v in tensors:
+        if v.is_cuda:
+            words += [_wrap64(int(x)) for x in _strong_gpu([v])[0].tolist()]
+        else:
+            h = blake3_host(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
+            words += [int.from_bytes(h[:8], "little", signed=True), int.from_bytes(h[8:16], "little", signed=True)]
+    return digest + tuple(words)
 
 
 def _summary(samples: list[float]) -> dict[str, float]:

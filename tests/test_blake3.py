@@ -114,3 +114,30 @@ def test_the_installed_package_carries_the_kernels() -> None:
 
     files = importlib.resources.files("kernelpro.runner")
     assert (files / "blake3.ptx").is_file() and (files / "blake3.cu").is_file()
+
+
+def test_the_hosts_numpy_blake3_is_blake3() -> None:
+    """``blake3_host``, the parent's hash of a checked file it holds on the host (a judge on the CPU, or a
+    GPU that refused), against the test vectors."""
+    wrong = {n: blake3.blake3_host(pattern(n)).hex() for n in VECTORS if blake3.blake3_host(pattern(n)).hex() != VECTORS[n]}
+    assert not wrong, wrong
+
+
+def test_a_cuda_evaluations_digest_of_host_outputs_is_the_kernels_hash(tmp_path: Path) -> None:
+    """The parent's digest of a CUDA evaluation's outputs held on the host: their sums, then per tensor
+    the first 16 bytes of BLAKE3 of its bytes, as the GPU commits them (the host build of the kernels'
+    functions on the same bytes, for several dtypes, an odd length and an unaligned view)."""
+    import struct
+
+    import torch
+
+    from kernelpro.runner.harness import digest_host
+
+    lib = host_library(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(301, 77, generator=g)
+    for t in (base, base.bfloat16(), base.half().reshape(-1)[1:], base.t(), base.to(torch.int8), base > 0):
+        got = digest_host([t, 3], "cuda")
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        assert got[2:] == struct.unpack("<qq", host_hash(lib, raw)[:16])
+        assert got[1] == 3 and got[0] == digest_host([t], "cpu")[0]
