@@ -16,6 +16,7 @@ on the CPU, or a GPU that refused), ``blake3_host`` computes the same hash with 
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ class Blake3:
         self.parents = self.chunks.sibling("blake3_parents")
         self._args = [ctypes.c_uint64(0) for _ in range(4)]
         self._params = (ctypes.c_void_p * 4)(*(ctypes.addressof(a) for a in self._args))
+        # The argument slots are shared: evaluation workers (one per GPU) may judge in threads of one process.
+        self._lock = threading.Lock()
 
     def _launch(self, kernel: Any, threads: int, values: tuple[int, ...], stream: int) -> None:
         for a, v in zip(self._args, values, strict=False):
@@ -56,6 +59,12 @@ class Blake3:
         n = t.numel() * t.element_size()
         chunks = max(1, -(-n // _CHUNK))
         stream = torch.cuda.current_stream(t.device).cuda_stream
+        with self._lock:
+            return self._tree(t, n, chunks, stream)
+
+    def _tree(self, t: Any, n: int, chunks: int, stream: int) -> Any:
+        import torch
+
         a = torch.empty(8 * chunks, dtype=torch.int32, device=t.device)
         b = torch.empty(8 * ((chunks + 1) // 2), dtype=torch.int32, device=t.device) if chunks > 1 else a
         self._launch(self.chunks, chunks, (t.data_ptr() if n else a.data_ptr(), n, chunks, a.data_ptr()), stream)
@@ -67,13 +76,15 @@ class Blake3:
 
 
 _LOADED: dict[int, Blake3] = {}
+_LOADING = threading.Lock()
 
 
 def blake3_words(tensor: Any) -> Any:
     """``Blake3.words`` with the kernels of the tensor's GPU, loaded the first time one is asked for."""
     index = tensor.device.index if tensor.device.index is not None else 0
-    if index not in _LOADED:
-        _LOADED[index] = Blake3(index)
+    with _LOADING:
+        if index not in _LOADED:
+            _LOADED[index] = Blake3(index)
     return _LOADED[index].words(tensor)
 
 
