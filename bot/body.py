@@ -212,7 +212,8 @@ def _base_branch(t: TargetResults, short: bool = False) -> str:
     reading = bb.verdict or ("slower" if rel < 0.97 else "faster" if rel > 1.03 else "on par")
     if short:
         return {"slower": f"**the PR made it slower** ({_x(rel)} the base's speed)",
-                "faster": f"the PR made it faster ({_x(rel)})"}.get(reading, f"on par ({_x(rel)})")
+                "faster": f"the PR made it faster ({_x(rel)})",
+                "uncertain": f"not established ({_x(rel)}, the runs' spread overlaps)"}.get(reading, f"on par ({_x(rel)})")
     est = ""
     if t.winner is not None and t.winner.workloads and (g := _geomean(w.baseline_ms for w in t.winner.workloads)):
         est = f"; base branch ≈ {_ms(g / bb.speedup_vs_head)} ms geometric mean (derived)"
@@ -222,6 +223,9 @@ def _base_branch(t: TargetResults, short: bool = False) -> str:
         verdict = f"**the PR made this kernel slower**: its kernel runs at {_x(rel)}{span} the speed of the base branch's"
     elif reading == "faster":
         verdict = f"the PR's own change is {_x(rel)}{span} the speed of the base branch's kernel"
+    elif reading == "uncertain":
+        verdict = (f"no difference established: the medians put the PR's kernel at {_x(rel)}{span} the speed of the "
+                   "base branch's, but the runs' spread overlaps (one of the three measurements was far from the others)")
     else:
         verdict = f"the PR's kernel is on par with the base branch's ({_x(rel)}{span}): no difference beyond the margin"
     return verdict + est

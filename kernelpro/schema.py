@@ -53,7 +53,7 @@ MAX_TOLERANCES = 256
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 """Finding severities, most severe first: the runner orders findings by it, the bot refuses others."""
-VERDICTS = frozenset({"", "slower", "faster", "on par", "not compared"})
+VERDICTS = frozenset({"", "slower", "faster", "on par", "uncertain", "not compared"})
 """The runner's readings of the PR against its base branch (runner/basebranch.py); '' in older artifacts."""
 
 TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -35,8 +35,9 @@ class BaseComparison:
     high: float
     """Geometric mean of the per-workload upper ends (head p90 / base p10)."""
     verdict: str
-    """'slower' (the pull request's kernel is slower by the margin on every workload), 'faster',
-    'on par', or 'not compared' (a side failed)."""
+    """'slower' (the pull request's kernel is slower by the margin on every workload, beyond the runs'
+    spread), 'faster', 'on par', 'uncertain' (the medians differ by the margin, the spread does not) or
+    'not compared' (a side failed)."""
     per_workload: tuple[dict[str, Any], ...]
     """uuid, axes, head_ms (and each of its two medians), base_ms, their p10/p90, ratio, low, high."""
     head_drift: float
@@ -49,11 +50,18 @@ class BaseComparison:
                 "measured": "side by side: head, base, head"}
 
 
-def verdict(ratios: Sequence[float], gamma: float) -> str:
+def verdict(ratios: Sequence[float], gamma: float, lows: Sequence[float] = (), highs: Sequence[float] = ()) -> str:
     """Head ms / base ms per workload -> 'slower' (the pull request's kernel, by the margin on every
-    workload), 'faster', or 'on par'."""
-    return ("slower" if all(r >= gamma for r in ratios) else "faster" if all(r <= 1 / gamma for r in ratios)
-            else "on par")
+    workload), 'faster', 'on par', or 'uncertain': the medians differ by the margin but the runs'
+    spread does not (a workload whose least favourable pairing of p10 and p90, ``lows``/``highs``,
+    crosses 1). On the H200 Liger's RMSNorm, whose PR only edited a comment, read "4.01x faster"
+    from medians while its range ran 0.46x-7.18x and the head's own two medians differed by 35.6 %
+    (session 26): a claim no maintainer should be shown."""
+    if all(r >= gamma for r in ratios):
+        return "slower" if all(lo > 1.0 for lo in lows) else "uncertain"
+    if all(r <= 1 / gamma for r in ratios):
+        return "faster" if all(hi < 1.0 for hi in highs) else "uncertain"
+    return "on par"
 
 
 def _timing(o: Outcome, uuid: str) -> Any:
@@ -84,5 +92,5 @@ def compare(head: Outcome, base: Outcome, head_again: Outcome, workloads: Sequen
                      "base_ms": b.median_ms, "base_p10_ms": b.p10_ms, "base_p90_ms": b.p90_ms,
                      "ratio": ratio, "low": lo, "high": hi})
     mean = lambda xs: math.exp(sum(xs) / len(xs))  # noqa: E731
-    return BaseComparison("PASSED", mean(logs), mean(lows), mean(highs), verdict([r["ratio"] for r in rows], gamma),
-                          tuple(rows), drift)
+    reading = verdict([r["ratio"] for r in rows], gamma, [r["low"] for r in rows], [r["high"] for r in rows])
+    return BaseComparison("PASSED", mean(logs), mean(lows), mean(highs), reading, tuple(rows), drift)

@@ -324,6 +324,11 @@ def test_base_branch_comparison_shows_its_side_by_side_range(gpu: Results) -> No
     t = dataclasses.replace(t, base_branch=BaseBranch("PASSED", None, verdict="not compared"))
     assert "not compared: a kernel failed when the two were re-measured side by side" in body(
         dataclasses.replace(gpu, targets=(t,)))
+    # Liger's RMSNorm on the H200 (session 26): medians 4x apart, runs overlapping. Not "faster".
+    t = dataclasses.replace(t, base_branch=BaseBranch("PASSED", 0.2493, 0.1393, 2.187, "uncertain", 0.356))
+    b = body(dataclasses.replace(gpu, targets=(t,)))
+    assert "no difference established: the medians put the PR's kernel at 4.01x (0.46x-7.18x" in b
+    assert "faster" not in b.split("no difference established")[1].split("\n")[0]
 
 
 def test_the_summary_comment_counts_a_models_use_of_its_provider(tmp_path: Path) -> None:
