@@ -54,6 +54,8 @@
 #   outputs ~2: issue 22, benchmarks/outputs.py: the files an evaluation writes and its parent reads, 235 MB each
 #               (as Liger's SwiGLU): the second runs' markers and the checks only (session 24); a reference per
 #               candidate, computed beside the judging and, again with --no-ahead, before each child (session 25)
+#   overlap ~2.5: benchmarks/startup_overlap.py, Liger DyT timed quiet, beside the standby and warm server's start,
+#               with a 2 ms hold, beside the standby alone (session 26's 2.5x-slow first evaluation)
 #   preload ~1: issue 22, benchmarks/preload.py: a Liger child's import after the warm server's plan, and grown
 #   teardown ~1.5: issue 22, benchmarks/teardown.py: a child's exit after CUDA, device memory, pinned
 #                memory, tensorfile's copy, Triton, the profiler
@@ -154,6 +156,7 @@ step() {  # one step; its files under $base/$1
     outputs)  # issue 22: files an evaluation writes and reads (235 MB each, as Liger's SwiGLU), a reference per candidate, the next one beside the judging and before the child
       timeout 300 python3 "$repo/benchmarks/outputs.py" --device cuda --m 8192 --n 7168 --pool-candidates 1 --out "$out/outputs.json"
       timeout 300 python3 "$repo/benchmarks/outputs.py" --device cuda --m 8192 --n 7168 --pool-candidates 1 --no-ahead --out "$out/outputs-no-ahead.json" ;;
+    overlap) OUT="$out" timeout 200 python3 "$repo/benchmarks/startup_overlap.py" ;;  # session 26: Liger DyT's PR kernel timed 2.5x slow beside the standby's and warm server's start
     preload) timeout 200 python3 "$repo/benchmarks/preload.py" --file liger_kernel/ops/swiglu.py --out "$out/preload.json" ;;  # issue 22: a Liger child's import after the warm server's plan, and grown
     harden) timeout 400 python3 "$repo/benchmarks/harden_probe.py" --out "$out" ;;  # issue 18: which part stops CUDA
     harden-timing) timeout 200 python3 "$repo/benchmarks/harden_probe.py" --timing "${KP_TIMING_N:-5}" --out "$out" ;;  # issue 18: where its time goes
