@@ -81,7 +81,8 @@ def judge(tmp_path: Path, name: str, source: str | None = None, **kw: object) ->
 SIMPLE = ["pointer_cache", "value_cache", "zeros", "partial", "skipped_writes", "late_thread", "patch_timer",
           "input_mutation", "racy", "forge_result", "forge_outputs", "odd_tensors", "segfault", "memory_hog",
           "lazy_output", "lazy_mode", "aten_override", "rebind_harness", "rebind_harness_checks",
-          "precompute", "channel_proxy", "channel_proxy_deep", "forged_same", "forged_same_late"]
+          "precompute", "channel_proxy", "channel_proxy_deep", "forged_same", "forged_same_late", "digest_hook",
+          "digest_hook_restore"]
 
 
 def test_every_fixture_is_tested() -> None:
@@ -239,6 +240,9 @@ def test_hostile_candidate_is_rejected(tmp_path: Path, name: str) -> None:
         # the review of issue 17: the log's first word names the cheat
         "channel_proxy": "HARNESS_TAMPERED",
         "channel_proxy_deep": "TIMING_INCONSISTENT",
+        # session 26: work moved into the harness's digest, after the end event
+        "digest_hook": "replaced torch.sum",
+        "digest_hook_restore": "replaced torch.sum",
     }.get(name)
     assert why is None or why in log, log[-1500:]
     if name.startswith("channel_proxy"):
@@ -952,3 +956,21 @@ def test_the_judges_tail_after_the_exit_is_its_own_phase_not_the_childs_teardown
     assert out.passed, out.log
     assert out.phases["judge_tail"] > 1.0, out.phases
     assert out.phases["teardown"] < out.phases["judge_tail"], out.phases
+
+
+def test_the_timing_channel_takes_no_method_on_its_instance() -> None:
+    """A red-team candidate of session 26 set ``send`` on the channel instance: the class-level checks of
+    _check_primitives saw nothing (the parent's clock refused it, TIMING_INCONSISTENT). The channel has no
+    instance dictionary now, so the assignment itself fails in the candidate."""
+    import os
+
+    from kernelpro.runner.harness import _Channel
+
+    r, w = os.pipe()
+    try:
+        channel = _Channel(r, w)
+        with pytest.raises(AttributeError):
+            channel.send = lambda doc: None  # type: ignore[method-assign]
+    finally:
+        os.close(r)
+        os.close(w)
