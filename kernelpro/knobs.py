@@ -942,6 +942,29 @@ def _pin_knobs(fn: ast.FunctionDef | ast.AsyncFunctionDef, deco: ast.Call, arg: 
         add(fn.name, f"autotune.pin.{axis}", "bound", bound, replace(site, base=f"pin.{axis}"))
 
 
+_ALL_WARPS = {1, 2, 4, 8, 16, 32}  # every num_warps Triton launches with
+
+
+def _binding_note(tree: ast.Module, iterable: ast.expr, key: str, text: _Text) -> str:
+    """What a config list's values are when they come from a module constant bound once (fla's
+    ``NUM_WARPS_AUTOTUNE = [1, 2, 4, 8, 16] if IS_AMD else [1, 2, 4, 8, 16, 32]``): the tuner edits only
+    lists written in the decorator, and says so with the constant's line and value."""
+    if not isinstance(iterable, ast.Name):
+        return ""
+    bound = [n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0], ast.Name) and n.targets[0].id == iterable.id]
+    if len(bound) != 1:
+        return ""
+    value = bound[0].value
+    shown = ast.get_source_segment(text.source, value) or "?"
+    lists = [v for v in ((value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,))
+             if isinstance(v, ast.List | ast.Tuple) and all(_is_int_literal(e) for e in v.elts)]
+    full = key == "num_warps" and any({e.value for e in v.elts} >= _ALL_WARPS for v in lists)  # type: ignore[attr-defined]
+    return (f" (a module constant, line {bound[0].lineno}: `{shown[:80]}`"
+            + ("; it already holds every num_warps Triton takes, 1 to 32, so the autotuner tries them all" if full else "")
+            + ")")
+
+
 def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str, int, _Site], None],
                      notes: list[str]) -> None:
     """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
@@ -995,7 +1018,8 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                     values = [e.value for e in gen.iter.elts if _is_int_literal(e)] if isinstance(gen.iter, ast.List | ast.Tuple) else []  # type: ignore[attr-defined]
                     if not isinstance(gen.iter, ast.List | ast.Tuple) or len(values) != len(gen.iter.elts):
                         shown = ast.get_source_segment(text.source, gen.iter) or "?"
-                        notes.append(f"{where}: `{key}` takes its values from `{shown[:60]}`, not a literal list")
+                        notes.append(f"{where}: `{key}` takes its values from `{shown[:60]}`, not a literal list"
+                                     + _binding_note(tree, gen.iter, key, text))
                         continue
                     if not _list_style(kind, values):
                         notes.append(f"{where}: the `{key}` values {values} are not consecutive "

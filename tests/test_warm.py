@@ -176,6 +176,8 @@ def test_a_search_grows_the_warm_server_by_its_baselines_imports(tmp_path: Path,
                  "--budget", "1"]) == 0
     assert grown == [("helperpkg.lazy",)]
     assert not forkserver.warm_running()
+    # One evaluation, said so (fla softmax's H200 report of session 26 read "1 evaluations").
+    assert ", 1 evaluation, " in (tmp_path / "o" / "k" / "report.md").read_text()
 
 
 def test_a_grown_import_that_initialises_cuda_ends_the_servers_forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
