@@ -833,6 +833,11 @@ def _digest(values: Sequence[Any], _sum: Any = torch.sum, _stack: Any = torch.st
     return sums, [_scalar_bits(v) for v in values if not isinstance(v, torch.Tensor)]
 
 
+def _two_int64(digest: bytes) -> list[int]:
+    """A hash's first 16 bytes as two signed little-endian 64-bit numbers: how a commit carries it."""
+    return [int.from_bytes(digest[:8], "little", signed=True), int.from_bytes(digest[8:16], "little", signed=True)]
+
+
 def _strong(values: Sequence[Any], _blake2b: Any = hashlib.blake2b) -> list[int]:
     """Per tensor on the host, a cryptographic hash of its dtype, shape and bytes (BLAKE2b, 128 bits,
     as two signed 64-bit numbers). A sum of bit patterns is linear: a candidate that skipped a timed
@@ -846,8 +851,7 @@ def _strong(values: Sequence[Any], _blake2b: Any = hashlib.blake2b) -> list[int]
             t = v.detach().contiguous()
             h = _blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=16)
             h.update(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"")
-            d = h.digest()
-            out += [int.from_bytes(d[:8], "little", signed=True), int.from_bytes(d[8:], "little", signed=True)]
+            out += _two_int64(h.digest())
     return out
 
 
@@ -873,8 +877,7 @@ def digest_host(values: Sequence[Any], device: str) -> tuple[int, ...]:
         if v.is_cuda:
             words += [_wrap64(int(x)) for x in _strong_gpu([v])[0].tolist()]
         else:
-            h = _blake3.blake3_host(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
-            words += [int.from_bytes(h[:8], "little", signed=True), int.from_bytes(h[8:16], "little", signed=True)]
+            words += _two_int64(_blake3.blake3_host(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
     return digest + tuple(words)
 
 
