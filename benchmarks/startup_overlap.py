@@ -7,9 +7,11 @@ ncu installed):   bash benchmarks/h200.sh overlap      (~2-2.5 min; benchmarks/s
 
 Arms, each a fresh evaluation of the PR's kernel in a fresh Triton cache (autotune in verify, as entry 0):
   A quiet      no standby, no warm server
-  B as-run     start_standby + start_warm exactly as _start_children, then evaluate at once (entry 0)
+  B as-run     start_standby + start_warm exactly as _start_children, then evaluate at once (entry 0); since
+               session 27 the child waits for the warm server's preload and forks from it (WARM_WAIT_S)
   C hold2000   as B, hold_us=2000 (host has 2 ms to enqueue s, kernel and e before the GPU reaches s)
-  D standby    as B without the warm server (attribution)
+  D standby    as B without the warm server (attribution): a fresh interpreter beside the standby's start,
+               as entry 0 was before session 27
 Prints median/p10/p90, the time phase, the per-call loop, spawn, and during each arm's time phase: SM clock,
 GPU util, other processes on the GPU (nvidia-smi pmon) and host CPU busy % / runnable tasks (/proc/stat).
 """

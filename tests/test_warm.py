@@ -288,19 +288,60 @@ def test_while_it_grows_the_warm_server_forks_nothing_and_its_cuda_probe_is_redo
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A growth may initialise the driver without torch knowing (cudaGetDeviceCount at import): a child
     forked while the server still imports, or a GPU child forked on the probe of the server before it
-    grew, could find CUDA unusable and fail as the candidate's fault. So none is forked meanwhile, and
-    the probe is asked again of the grown server."""
+    grew, could find CUDA unusable and fail as the candidate's fault. So none is forked meanwhile (a
+    child waits for the growth, here longer than it may, WARM_WAIT_S), and the probe is asked again of
+    the grown server."""
     t, repo, _ = _setup(tmp_path, monkeypatch)
     (tmp_path / "site" / "helperpkg" / "slow.py").write_text("import time\ntime.sleep(3)\n")
     _warm(t, repo)
     server = forkserver._WARM[-1].server
     server.cuda = ""  # as after a probe child of the server before growth used the GPU
+    monkeypatch.setattr(forkserver, "WARM_WAIT_S", 0.3)
     assert forkserver.grow(["helperpkg.slow"])
     got, why = forkserver.warm_server(("kern",), tmp_path, isolate=False)
     assert got is None and "was still importing what the pull request's kernel's build imported" in why, why
+    assert server.waited_in_vain
     assert server.wait_grown(120) is not None and not server.growing
     assert server.cuda is None, "the grown server's CUDA is probed again before a GPU child forks from it"
     assert forkserver.warm_server(("kern",), tmp_path, isolate=False)[0] is server
+
+
+def test_the_pull_requests_kernel_waits_for_the_preload_and_forks_warm_like_the_candidates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pull request's kernel is evaluated while the warm server still imports (runner/optimize.py
+    starts it just before). It was a fresh interpreter, every candidate after it a warm fork: on the
+    H200 Liger DyT's timed 0.113 ms that way and 0.045 ms forked warm seconds later, so every candidate
+    of the search looked 2.5x faster (session 26). It now waits for the preload and forks from it, and
+    the journal's spawn line says how long it waited; so does a child that comes while the server grows."""
+    t, repo, log = _setup(tmp_path, monkeypatch)
+    sol = t.solution(repo)
+    preload.start(t.name, sol, t.context(repo), "cpu", blocked=(str(repo),))
+    server = forkserver._WARM[-1].server
+    assert server.ready is None, "the preload sleeps SLOW_S: the first evaluation starts before it is done"
+    o = _evaluate(t, repo, sol, tmp_path)
+    assert o.passed, o.log
+    spawn = o.environment["sandbox"]["spawn"]
+    assert spawn.startswith("forked from the warm server of target k (preloaded: helperpkg, after waiting "), spawn
+    assert o.build_seconds < SLOW_S / 2, "the child imported helperpkg itself"
+    assert log.read_text().splitlines() == ["server"]
+    (tmp_path / "site" / "helperpkg" / "slow.py").write_text("import time\ntime.sleep(1)\n")
+    assert forkserver.grow(["helperpkg.slow"])
+    o = _evaluate(t, repo, sol, tmp_path)
+    assert o.passed and ", after waiting " in o.environment["sandbox"]["spawn"], o.environment["sandbox"]
+    assert "1 more modules the pull request's kernel's build imported" in o.environment["sandbox"]["spawn"]
+
+
+def test_a_preload_that_outlasts_the_wait_is_waited_for_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package whose import takes longer than WARM_WAIT_S costs the wait once: the next child starts
+    at once, from the plain server, and says why."""
+    t, repo, _ = _setup(tmp_path, monkeypatch)
+    monkeypatch.setattr(forkserver, "WARM_WAIT_S", 0.2)
+    sol = t.solution(repo)
+    preload.start(t.name, sol, t.context(repo), "cpu", blocked=(str(repo),))
+    for _ in range(2):
+        got, why = forkserver.warm_server(("kern",), tmp_path, isolate=False)
+        assert got is None and why == "the warm server of target k had not finished its preload in 0 s", why
+    assert forkserver._WARM[-1].server.waited_in_vain
 
 def test_the_pull_requests_own_code_is_never_preloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # prcode.py lies in the checkout but outside the candidate's tree (another top-level module of the
