@@ -193,6 +193,21 @@ def test_record_on_cpu_does_not_crash() -> None:
     assert record(lambda: None, repeats=1, warmup=0, cpu_ops=True)
 
 
+def test_recording_a_timeline_imports_neither_inductor_nor_dynamo() -> None:
+    """torch.profiler.profile's start asks ``hasattr(torch, "_inductor")``, which imports torch._inductor and
+    torch._dynamo: 4.5-5.4 s of each demo candidate's evaluation on the H200 (session 23), 6.6 s on this
+    CPU. A fresh interpreter, as a candidate's child is, records one without them."""
+    code = ("import sys, torch\n"
+            "from kernelpro.runner.evidence.timeline import CALL_MARKER, record\n"
+            "x = torch.ones(8)\n"
+            "events = record(lambda: x * 2, repeats=2, warmup=1)\n"
+            "assert sum(e['name'] == CALL_MARKER for e in events) == 2, events\n"
+            "print(sorted(m for m in ('torch._inductor', 'torch._dynamo') if m in sys.modules))\n")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.strip().splitlines()[-1] == "[]", got.stdout
+
+
 # --------------------------------------------------------------- traces recorded on the H200
 
 # case -> check of the per-call Timeline (tests/fixtures/record_firing.py, TIMELINE_CASES)

@@ -76,10 +76,9 @@ def record(
     events, which :func:`summarize` does not need (they make traces of many small ops large).
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.autograd.profiler import profile, record_function
 
     cuda = torch.cuda.is_available()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 
     def sync() -> None:
         if cuda:
@@ -88,7 +87,11 @@ def record(
     for _ in range(warmup):
         fn()
     sync()
-    with profile(activities=activities) as prof:
+    # The Kineto profiler that torch.profiler.profile drives (its prepare_trace), without the
+    # ``hasattr(torch, "_inductor")`` there, which imports torch._inductor and torch._dynamo: 4.5-5.4 s
+    # of each demo candidate's timeline on the H200 (session 23), where a Liger child, which has them
+    # preloaded, took 0.05 s.
+    with profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True) as prof:
         for _ in range(repeats):
             with record_function(CALL_MARKER):
                 fn()
