@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import io
 import re
 import tokenize
@@ -606,6 +607,29 @@ def _lookup(name: str, scope: _Scope, module: _Scope) -> tuple[list[ast.Constant
     return None
 
 
+def _grid_names(grid: ast.expr, scope: _Scope, module: _Scope) -> set[str] | None:
+    """The names a launch's grid reads, through one assignment of a name it reads (``grid = (n_rows,)``);
+    None where it may read anything (a lambda over the launch's meta-parameters, a function or a parameter
+    passed as the grid)."""
+    if isinstance(grid, ast.Name):
+        looked = _lookup(grid.id, scope, module)
+        if looked is None or not all(isinstance(b, ast.Assign) for b in looked[0]):
+            return None
+    names: set[str] = set()
+    for node in ast.walk(grid):
+        if isinstance(node, ast.Lambda):
+            return None
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+            looked = _lookup(node.id, scope, module)
+            for b in looked[0] if looked is not None else ():
+                if isinstance(b, ast.Assign):
+                    if any(isinstance(n, ast.Lambda) for n in ast.walk(b.value)):
+                        return None
+                    names |= {n.id for n in ast.walk(b.value) if isinstance(n, ast.Name)}
+    return names
+
+
 def _looks_like_launch(call: ast.Call, kernel: _Kernel | None) -> bool:
     """Guard against ``handlers[key](x)``: only calls that read as Triton launches count."""
     if kernel is not None and kernel.jit:
@@ -1055,9 +1079,14 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
     Key = tuple[int, str | None, str]
     found: dict[Key, tuple[str, str, str, int, _Site]] = {}
     conflicting: set[Key] = set()
+    # Block sizes that may only grow: every launch they reach covers a fixed extent per program with
+    # one block (a loop-free kernel whose grid does not read the block). Liger's RMSNorm scaled below
+    # its row was INCORRECT_NUMERICAL on the H200 (session 26): an evaluation spent on a known failure.
+    grow_only: dict[Key, bool] = {}
 
-    def add(label: str, param: str, kind: str, value: int, site: _Site) -> None:
+    def add(label: str, param: str, kind: str, value: int, site: _Site, whole: bool = False) -> None:
         key = (site.start, site.keyword, site.base)
+        grow_only[key] = grow_only.get(key, True) and whole
         if key in found:
             if found[key][2] != kind:
                 conflicting.add(key)
@@ -1077,6 +1106,7 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
         given = {kw.arg for kw in call.keywords}
         # Once per launch, for a written num_stages and an inserted one alike.
         stageless = kernel_name is not None and loop_free(kernel_name, tree) is True
+        grid = _grid_names(call.func.slice, scope, collector.module) if stageless else None
         for kw in call.keywords:
             if kw.arg is None:
                 continue
@@ -1097,6 +1127,10 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
                 continue
             literal: ast.Constant | None = None
             owner = scope
+            # One block per program over an extent the grid does not divide by it: smaller leaves part unwritten.
+            here: Callable[[str, str, str, int, _Site], None] = add
+            if kind == "block" and grid is not None and not ({n.id for n in ast.walk(kw.value) if isinstance(n, ast.Name)} & grid):
+                here = functools.partial(add, whole=True)
             # Computed values are scaled, never replaced: named block sizes and warps only (an
             # unnamed constexpr may be a problem size, and stages do not scale).
             scalable = kind == "num_warps" or (kind == "block" and min_block == 1)
@@ -1118,18 +1152,18 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
                 else:
                     made = _line_site(kw.value.id, bindings, owner, kind, text) if bindings else "not assigned in this file"
                     if isinstance(made, tuple):
-                        add(owner.qualname, f"{kw.value.id}.scale", kind, *made)
+                        here(owner.qualname, f"{kw.value.id}.scale", kind, *made)
                         first = next(b for b in bindings if isinstance(b, ast.Assign) and b.lineno not in owner.adjusts)
                         if isinstance(first.targets[0], ast.Name):
-                            _inner_knobs(first.value, kind, text, owner.qualname, kw.value.id, add)
+                            _inner_knobs(first.value, kind, text, owner.qualname, kw.value.id, here)
                     elif kind == "num_warps":
                         # Warps feed nothing but the launch, so scaling them where they are passed is safe.
-                        add(scope.qualname, f"{kw.arg}.scale", kind, *_expr_site(kw.value, kind, text))
+                        here(scope.qualname, f"{kw.arg}.scale", kind, *_expr_site(kw.value, kind, text))
                     else:
                         notes.append(f"{where}: {made}")
                     continue
             elif scalable:
-                _computed_knobs(kw.value, kind, text, scope.qualname, kw.arg, add)
+                _computed_knobs(kw.value, kind, text, scope.qualname, kw.arg, here)
                 continue
             else:
                 if min_block != BLOCK_MIN:
@@ -1144,7 +1178,7 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
             assert literal.end_lineno is not None and literal.end_col_offset is not None
             start = text.offset(literal.lineno, literal.col_offset)
             end = text.offset(literal.end_lineno, literal.end_col_offset)
-            add(owner.qualname, kw.arg, kind, value, _Site(start, end))
+            here(owner.qualname, kw.arg, kind, value, _Site(start, end))
 
         missing = [k for k in ("num_warps", "num_stages") if k not in given and not (k == "num_stages" and stageless)]
         # **kwargs may already carry num_warps; inserting it again would be a TypeError.
@@ -1188,6 +1222,8 @@ def _scan_notes(source: str) -> tuple[list[tuple[Knob, _Site]], list[str]]:
             choices = tuple(sorted({*choices, value}))
         else:
             choices = _choices(kind, value)
+        if grow_only.get(key) and kind == "block":
+            choices = tuple(c for c in choices if c >= (min(value, 0) if rule == "scale" else value))
         knobs.append((Knob(name, kind, value, choices, text.line_of(site.start), rule), site))
     return knobs, notes
 

@@ -95,6 +95,62 @@ def test_liger_rms_norm_heuristic_is_scaled_by_a_line_after_calculate_settings()
     assert changed_lines(src, again) == ["+    num_warps = max(num_warps // 4, 1)"]
 
 
+ONE_BLOCK_PER_ROW = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(X, Y, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(X + row * n_cols + cols, mask=cols < n_cols)
+    tl.store(Y + row * n_cols + cols, x * 2, mask=cols < n_cols)
+
+
+def launch(x):
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    BLOCK_SIZE = triton.next_power_of_2(n_cols)
+    {grid}
+    _k[grid](x, y, n_cols, BLOCK_SIZE=BLOCK_SIZE)
+    return y
+"""
+
+
+def test_a_block_that_covers_each_programs_row_is_only_raised() -> None:
+    """A loop-free kernel whose grid does not read its block covers a fixed extent per program with one
+    block: a smaller block leaves part of it unwritten. Liger's RMSNorm scaled below its row was
+    INCORRECT_NUMERICAL on the H200 (session 26), an evaluation spent on a known failure; its heuristic
+    and a cap of it now move up only. A grid that reads the block, a function as the grid, or a kernel
+    that loops over its row keep both directions."""
+    src = upstream("liger_rms_norm.py")
+    (rms,) = [k for k in find_knobs(src) if k.name == "rms_norm_forward:BLOCK_SIZE.scale"]
+    assert rms.choices == (0, 1, 2)
+    with pytest.raises(KnobError, match="is not a choice"):
+        apply_knobs(src, {"rms_norm_forward:BLOCK_SIZE.scale": -1})
+    assert {k.name: k.choices for k in find_knobs(upstream("flashinfer_norm.py"))}["rms_norm:block_size.scale"] == (
+        -2, -1, 0, 1, 2), "FlashInfer's RMSNorm loops over its row in blocks"
+
+    def block(grid: str, loop: bool = False) -> tuple[int, ...]:
+        code = ONE_BLOCK_PER_ROW.format(grid=grid)
+        if loop:
+            code = code.replace("    row = tl.program_id(0)\n", "    row = tl.program_id(0)\n    for _ in range(1):\n        pass\n")
+        (k,) = [k for k in find_knobs(code) if k.name == "launch:BLOCK_SIZE.scale"]
+        return k.choices
+
+    assert block("grid = (n_rows,)") == (0, 1, 2)
+    assert block("grid = (n_rows, triton.cdiv(n_cols, BLOCK_SIZE))") == (-2, -1, 0, 1, 2)
+    assert block("grid = lambda meta: (n_rows,)") == (-2, -1, 0, 1, 2)
+    assert block("def grid(meta):\n        return (n_rows,)") == (-2, -1, 0, 1, 2)
+    assert block("grid = (n_rows,)", loop=True) == (-2, -1, 0, 1, 2)
+    capped = ONE_BLOCK_PER_ROW.format(grid="grid = (n_rows,)").replace(
+        "triton.next_power_of_2(n_cols)", "min(4096, triton.next_power_of_2(n_cols))")
+    (cap,) = [k for k in find_knobs(capped) if k.name == "launch:BLOCK_SIZE.cap"]
+    assert cap.value == 4096 and cap.choices[0] == 4096 and len(cap.choices) > 1, cap
+
+
 def test_flashinfer_min_max_warps_expose_their_floor_cap_and_divisor() -> None:
     src = upstream("flashinfer_norm.py")
     found = knobs(src)
