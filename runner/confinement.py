@@ -62,10 +62,16 @@ PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 _ALLOW_UNCONFINED = [False]
 _TOOL_ONLY: set[str] = set()
 
-# What a candidate may read, besides the Python installation, the CUDA toolkit and its own files; and
-# every entry of /dev but these (``_dev_entries``): POSIX shared memory and message queues are
-# other processes' data (a file of the runner's user in /dev/shm was readable).
-SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys")
+# What a candidate may read, besides the Python installation, the CUDA toolkit, the profilers' own
+# folders and its own files; and every entry of /dev but these (``_dev_entries``): POSIX shared memory
+# and message queues are other processes' data (a file of the runner's user in /dev/shm was readable).
+# Not /opt: self-hosted runners are installed there (/opt/actions-runner: the runner's registration key,
+# its logs, the checkout and $RUNNER_TEMP with the results), and a candidate read them into its error
+# message (a red-team probe, session 27); what kernelpro needs there (a Python, ncu) is named on its own.
+SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys")
+# Variables the Actions runner sets that name folders inside its own installation (config.sh's folder,
+# which holds .runner and .credentials_rsaparams beside _work).
+_RUNNER_VARIABLES = ("RUNNER_TEMP", "RUNNER_WORKSPACE", "GITHUB_WORKSPACE", "RUNNER_TOOL_CACHE")
 _DEV_HIDDEN = ("shm", "mqueue")
 # Mounted empty (tmpfs) in a child's own mount namespace: named unix sockets of the runner's services
 # (/run/user/UID/systemd/private, dbus) and other processes' shared memory are not there to find.
@@ -168,11 +174,42 @@ def required(pid_namespace: bool) -> Availability:
 
     preload()
     got = available(pid_namespace)
-    if got.sufficient:
+    root = runner_root()
+    under = exposed_runner([*SYSTEM_READABLE, *_installation()], root)
+    if got.sufficient and under is None:
         return got
     if not unconfined_allowed():
-        raise SandboxError(REFUSAL.format(why=got.description))
+        raise SandboxError(REFUSAL.format(why=got.description) if under is None else
+                           RUNNER_READABLE.format(root=root, under=under, system=", ".join(SYSTEM_READABLE)))
     return dataclasses.replace(got, description=f"UNCONFINED (operator opted in): {got.description}")
+
+
+def runner_root(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """The Actions runner's own folder (the one holding ``.runner`` and its key), found upward from the
+    folders its variables name; None outside a runner."""
+    for var in _RUNNER_VARIABLES:
+        here = env.get(var)
+        while here and os.path.isabs(here):
+            here = os.path.realpath(here)
+            if os.path.isfile(os.path.join(here, ".runner")) or os.path.isfile(os.path.join(here, ".credentials")):
+                return here
+            up = os.path.dirname(here)
+            here = up if up != here else None
+    return None
+
+
+def exposed_runner(readable: Iterable[str], root: str | None) -> str | None:
+    """The readable folder that holds the runner's own folder ``root`` (all of it, key included), if any."""
+    if root is None:
+        return None
+    return next((r for r in readable if os.path.commonpath([os.path.realpath(r), root]) == os.path.realpath(r)), None)
+
+
+RUNNER_READABLE = ("candidates were not run: the Actions runner's own folder {root} (its registration key "
+                   ".credentials_rsaparams, its logs, the checkout and the results) lies under {under}, which "
+                   "every candidate may read. Fix: install the runner outside {system} (in its user's home, "
+                   "say: ./config.sh there), see docs/github.md 'Runner hardening'; or accept the risk with "
+                   "--allow-unconfined (KERNELPRO_ALLOW_UNCONFINED=1)")
 
 
 def allow_unconfined(allow: bool) -> None:
@@ -484,26 +521,43 @@ def empty_mounts() -> None:
 # --------------------------------------------------------------------------- the supervisor
 
 
-def _children(pid: int) -> list[int]:
+def _tree(root: int) -> list[int]:
+    """Every live process below ``root``: its children, theirs, and so on (zombies only wait to be reaped)."""
     # runner/procstat.py's reading, written again: the supervisor's interpreter loads this file alone (_BOOT).
-    found = []
+    below: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     stat = f.read()
-                if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                    found.append(int(entry))
+                state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+                if state != "Z":
+                    below.setdefault(int(ppid), []).append(int(entry))
             except (OSError, ValueError, IndexError):
                 continue
-    return found
+    out, todo = [], [root]
+    while todo:
+        for pid in below.get(todo.pop(), ()):
+            out.append(pid)
+            todo.append(pid)
+    return out
 
 
 def kill_descendants() -> None:
-    """SIGKILL every process below this one (a subreaper: orphans are its children) until none is left."""
+    """SIGKILL every process below this one (a subreaper: orphans are its children) until none is left.
+    The whole tree is stopped before any of it is killed: a chain of processes whose last link forks
+    a new one whenever one above it dies outran a kill of the direct children per pass, and lived on
+    past its evaluation where no pid namespace ends it (a red-team probe, session 27). A stopped
+    process forks nothing, so the stopping ends once a pass finds none it had not stopped."""
     me = os.getpid()
     while True:
-        for pid in _children(me):
+        stopped: set[int] = set()
+        while new := [pid for pid in _tree(me) if pid not in stopped]:
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped.update(new)
+        for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         try:

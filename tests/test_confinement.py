@@ -9,11 +9,13 @@ as itself. Each test fails on the code before the confinement (the fix's commit 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -549,3 +551,137 @@ def test_the_harden_probes_timing_mode_times_every_variant_and_logs_the_calls_on
     assert "| full |" in p.stdout
     if shutil.which("cc") or shutil.which("gcc"):
         assert set(doc["shim"]) == {"none", "full"} and all(r["calls"] for r in doc["shim"].values())
+
+
+# --------------------------------------------------------------------------- review 6 (red team, session 27)
+
+
+def _chain_links(marker: str) -> list[tuple[int, int]]:
+    """(pid, process group) of the live processes whose command line holds ``marker``."""
+    out = []
+    for c in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in c.read_bytes():
+                stat = (c.parent / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2 :].split()
+                if fields[0] != "Z":
+                    out.append((int(c.parent.name), int(fields[2])))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def test_review6_a_process_chain_dies_with_its_evaluation_without_a_pid_namespace() -> None:
+    """Without a pid namespace the supervisor is what ends a candidate's processes. It killed its direct
+    children one pass at a time, and a chain that forks a new last link whenever one above it dies kept
+    its depth, outlived the deadline and was alive through the next candidate's evaluation (the
+    fixture's docstring says how). The supervisor now stops the whole tree before it kills it."""
+    import threading
+    import time
+    import uuid
+
+    from test_adversarial import LOADS, SWIGLU, candidate
+
+    from kernelpro.runner import confinement
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+
+    if confinement.landlock_abi() < 6 or shutil.which("gcc") is None:
+        pytest.skip("needs Landlock ABI >= 6 (the confinement kernelpro accepts without namespaces) and gcc")
+    marker = f"kp-chain-{uuid.uuid4().hex[:8]}"
+    source = (Path(__file__).parent / "fixtures" / "confinement" / "chain.py").read_text().replace(
+        "kp-walker-MARKER", marker)
+    honest = "import torch\n\ndef run(a, b):\n    return torch.nn.functional.silu(a) * b\n"
+    s = EvalSettings(device="cpu", trials=2, timeout_s=10, memory_limit_mb=4096, isolate_network=False, fork_server=True)
+    try:
+        first = evaluate(SWIGLU, candidate("chain", source), LOADS, Tolerance(), s)
+        assert first.environment["sandbox"]["network"].startswith("network isolation unavailable"), first.environment
+        left = _chain_links(marker)
+        seen: list[int] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                seen.append(len(_chain_links(marker)))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        after = evaluate(SWIGLU, candidate("next", honest), LOADS, Tolerance(), s)
+        done.set()
+        watcher.join()
+        assert after.passed, after.log
+        assert not left and not any(seen), (f"{len(left)} processes of the candidate outlived it ({first.status}); "
+                                            f"up to {max(seen, default=0)} during the next evaluation")
+        assert first.passed, (first.status, first.log[-500:])  # it computes right: only its processes were wrong
+    finally:
+        for _ in range(50):  # never leave the chain behind, whatever failed
+            got = _chain_links(marker)
+            if not got:
+                break
+            for pgid in {g for _, g in got if g > 1}:
+                with contextlib.suppress(OSError):
+                    os.killpg(pgid, signal.SIGKILL)
+            time.sleep(0.1)
+
+
+def test_review6_the_runners_registration_key_under_opt_is_not_readable() -> None:
+    """Self-hosted runners are commonly installed in /opt/actions-runner, and /opt was readable to every
+    candidate: one read the runner's key, its credentials and the results folder into its error
+    message, with namespaces and without. /opt is no longer readable as a whole."""
+    import secrets
+
+    from test_adversarial import LOADS, SWIGLU, candidate
+
+    from kernelpro.runner import confinement
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+
+    assert "/opt" not in confinement.SYSTEM_READABLE
+    root = Path("/opt") / f"kp-actions-runner-{secrets.token_hex(4)}"
+    try:
+        root.mkdir()
+    except OSError as e:
+        pytest.skip(f"cannot make a runner's folder under /opt here: {e}")
+    try:
+        key = secrets.token_hex(24)
+        (root / ".credentials_rsaparams").write_text(json.dumps({"d": key}))
+        (root / ".runner").write_text('{"agentName": "gpu-1"}')
+        (root / "_work" / "_temp" / "out").mkdir(parents=True)
+        (root / "_work" / "_temp" / "out" / "summary.json").write_text('{"targets": []}')
+        source = (Path(__file__).parent / "fixtures" / "confinement" / "runner_key.py").read_text().replace(
+            '"/opt/actions-runner"', repr(str(root)))
+        for isolate in (True, False):
+            s = EvalSettings(device="cpu", trials=1, timeout_s=60, memory_limit_mb=4096, isolate_network=isolate)
+            out = evaluate(SWIGLU, candidate("key", source), LOADS, Tolerance(), s)
+            assert "LOOT" in out.log, out.log[-800:]
+            assert key not in out.log and "targets" not in out.log, out.log[-800:]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_review6_a_runner_installed_under_a_readable_folder_is_refused(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the runner's own folder lies under a folder every candidate reads (a runner in /usr/local,
+    say), no candidate runs: the error names the folder, what it holds, and the fix."""
+    from kernelpro.runner import confinement
+    from kernelpro.runner.environment import SandboxError
+
+    root = tmp_path / "actions-runner"
+    (root / "_work" / "_temp").mkdir(parents=True)
+    (root / ".runner").write_text("{}")
+    monkeypatch.setenv("RUNNER_TEMP", str(root / "_work" / "_temp"))
+    assert confinement.runner_root() == str(root)
+    if not confinement.available(True).sufficient:
+        pytest.skip("no Landlock here: every candidate is refused anyway")
+    confinement.required(pid_namespace=True)  # the runner's folder lies under nothing readable: it runs
+    monkeypatch.setattr(confinement, "SYSTEM_READABLE", (*confinement.SYSTEM_READABLE, str(tmp_path)))
+    with pytest.raises(SandboxError) as e:
+        confinement.required(pid_namespace=True)
+    said = str(e.value)
+    assert f"the Actions runner's own folder {root}" in said and f"lies under {tmp_path}" in said, said
+    assert "registration key" in said and "Fix: install the runner outside" in said, said
+    monkeypatch.delenv("RUNNER_TEMP")
+    for var in ("RUNNER_WORKSPACE", "GITHUB_WORKSPACE", "RUNNER_TOOL_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    assert confinement.runner_root() is None
