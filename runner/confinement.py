@@ -42,6 +42,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -72,7 +73,7 @@ SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", 
 # Variables the Actions runner sets that name folders inside its own installation (config.sh's folder,
 # which holds .runner and .credentials_rsaparams beside _work).
 _RUNNER_VARIABLES = ("RUNNER_TEMP", "RUNNER_WORKSPACE", "GITHUB_WORKSPACE", "RUNNER_TOOL_CACHE")
-_DEV_HIDDEN = ("shm", "mqueue")
+_DEV_HIDDEN = ("shm", "mqueue", "mem", "kmem", "port", "kmsg")
 # Mounted empty (tmpfs) in a child's own mount namespace: named unix sockets of the runner's services
 # (/run/user/UID/systemd/private, dbus) and other processes' shared memory are not there to find.
 _EMPTY_MOUNTS = ("/run", "/dev/shm")
@@ -261,13 +262,19 @@ def tool_only(folder: str | os.PathLike[str]) -> None:
 
 
 def _dev_entries() -> list[str]:
-    """Every entry of /dev now but shared memory and message queues; links are left out (their
-    targets, /proc/self/fd for one, are covered, or not, on their own)."""
+    """Every entry of /dev now but shared memory and message queues, block devices and the kernel's
+    memory and log; links are left out (their targets, /proc/self/fd for one, are covered, or not, on
+    their own). A candidate of a root runner without a user namespace is root: a readable disk
+    (/dev/vda) or /dev/mem would give it every file the runner has (a red-team lead, session 27)."""
     out = []
     with contextlib.suppress(OSError), os.scandir("/dev") as it:
         for e in it:
-            if e.name not in _DEV_HIDDEN and not e.is_symlink():
-                out.append(e.path)
+            if e.name in _DEV_HIDDEN or e.is_symlink():
+                continue
+            with contextlib.suppress(OSError):
+                if stat.S_ISBLK(e.stat(follow_symlinks=False).st_mode):
+                    continue
+            out.append(e.path)
     return sorted(out)
 
 
@@ -529,8 +536,8 @@ def _tree(root: int) -> list[int]:
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-                state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+                    line = f.read()
+                state, ppid = line[line.rindex(")") + 2 :].split()[:2]
                 if state != "Z":
                     below.setdefault(int(ppid), []).append(int(entry))
             except (OSError, ValueError, IndexError):

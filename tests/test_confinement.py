@@ -685,3 +685,23 @@ def test_review6_a_runner_installed_under_a_readable_folder_is_refused(tmp_path:
     for var in ("RUNNER_WORKSPACE", "GITHUB_WORKSPACE", "RUNNER_TOOL_CACHE"):
         monkeypatch.delenv(var, raising=False)
     assert confinement.runner_root() is None
+
+
+def test_review6_no_disk_and_no_kernel_memory_is_readable() -> None:
+    """Every entry of /dev was readable: a candidate of a root runner without a user namespace (root
+    then) could read the disk under every file. Block devices and /dev/mem, kmem, port and kmsg are not."""
+    import stat as st
+
+    from kernelpro.runner import confinement
+
+    work = Path(tempfile.mkdtemp(prefix="kernelpro-cand-"))
+    try:
+        readable = confinement.policy([work]).readable
+    finally:
+        shutil.rmtree(work)
+    blocks = [p for p in readable if p.startswith("/dev/") and st.S_ISBLK(os.stat(p).st_mode)]
+    assert not blocks, blocks
+    assert not {"/dev/mem", "/dev/kmem", "/dev/port", "/dev/kmsg"} & set(readable)
+    assert "/dev/null" in readable and "/dev/urandom" in readable
+    if not any(st.S_ISBLK(e.stat(follow_symlinks=False).st_mode) for e in os.scandir("/dev") if not e.is_symlink()):
+        pytest.skip("this machine has no block device in /dev to leave out")
