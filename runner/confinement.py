@@ -633,12 +633,19 @@ def enter(policy_json: str, supervised: bool = True) -> None:
             supervise()
         if os.getpid() == 1:  # pid 1 of a pid namespace, in a mount namespace of its own (unshare --mount-proc)
             empty_mounts()
-        if os.geteuid() == 0:
-            drop_capabilities()
-        restrict(Policy.from_json(policy_json))
+        lock_down(Policy.from_json(policy_json))
     except OSError as e:
         print(f"kernelpro confinement: {e}", file=sys.stderr, flush=True)
         os._exit(70)
+
+
+def lock_down(p: Policy) -> None:
+    """This process confined to ``p``: as root, the capabilities below dropped first (from it and from
+    what it executes), then Landlock and the filter. Every process that runs a candidate's code comes
+    here, a fork server's child too (which had kept all of root's capabilities, session 27)."""
+    if os.geteuid() == 0:
+        drop_capabilities()
+    restrict(p)
 
 
 # Capabilities no candidate, profiler or tool needs, dropped from the bounding set of a process that
@@ -649,11 +656,34 @@ _DROPPED_CAPS = (12, 13, 16, 17, 19, 22, 25, 27, 29, 30, 32, 33, 34, 39, 40)
 PR_CAPBSET_DROP = 24
 
 
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 def drop_capabilities() -> None:
+    """The capabilities above gone from this process too, not only from what it executes: the harness
+    runs the candidate in the process that confined itself, and kept CAP_SYS_MODULE and the rest in its
+    effective set as root (a red-team lead, session 27)."""
     libc = _libc()
     for cap in _DROPPED_CAPS:
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: an older kernel
             raise ConfinementError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap}) failed")
+    header, data = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise ConfinementError(ctypes.get_errno(), "capget failed")
+    for cap in _DROPPED_CAPS:
+        word, bit = divmod(cap, 32)
+        for kind in ("effective", "permitted", "inheritable"):
+            setattr(data[word], kind, getattr(data[word], kind) & ~(1 << bit) & 0xFFFFFFFF)
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise ConfinementError(ctypes.get_errno(), "capset failed")
 
 
 # argv: POLICY SUPERVISED(1|0) MODULE ARGS...; the module runs as `python -m MODULE ARGS...` would run it.

@@ -107,7 +107,7 @@ def _child(req: Mapping[str, Any], out_fd: int, channel: Sequence[int] = ()) -> 
         elif req.get("policy"):
             confinement.supervise()  # no pid namespace: a subreaper outlives the harness and cleans up
         if req.get("policy"):
-            confinement.restrict(confinement.Policy.from_json(req["policy"]))
+            confinement.lock_down(confinement.Policy.from_json(req["policy"]))
         code = 1
         if req.get("probe") == "cuda":
             _cuda_works()

@@ -705,3 +705,30 @@ def test_review6_no_disk_and_no_kernel_memory_is_readable() -> None:
     assert "/dev/null" in readable and "/dev/urandom" in readable
     if not any(st.S_ISBLK(e.stat(follow_symlinks=False).st_mode) for e in os.scandir("/dev") if not e.is_symlink()):
         pytest.skip("this machine has no block device in /dev to leave out")
+
+
+def test_review6_a_root_candidate_without_a_user_namespace_holds_none_of_the_dropped_capabilities() -> None:
+    """As root without a user namespace, the harness dropped the dangerous capabilities only from the
+    bounding set, which limits what it executes; the candidate runs in the harness's own process, which
+    kept CAP_SYS_MODULE (a kernel module undoes every confinement), CAP_SYS_RAWIO and the rest."""
+    from test_adversarial import LOADS, SWIGLU, candidate
+
+    from kernelpro.runner import confinement
+    from kernelpro.runner.evaluator import EvalSettings, evaluate
+    from kernelpro.runner.target import Tolerance
+
+    if os.geteuid() != 0 or not confinement.available(False).sufficient:
+        pytest.skip("needs root and the confinement kernelpro accepts without namespaces (Landlock ABI >= 6)")
+    source = ("def run(a, b):\n"
+              "    caps = {k: v for k, v in (ln.split(':\\t') for ln in open('/proc/self/status').read().splitlines()"
+              " if ln.startswith('Cap'))}\n"
+              "    raise RuntimeError('CAPS ' + repr(caps))\n")
+    for fork in (True, False):  # forked from the fork server (which kept all of root's) and a fresh interpreter
+        out = evaluate(SWIGLU, candidate("caps", source), LOADS, Tolerance(),
+                       EvalSettings(device="cpu", trials=1, timeout_s=60, isolate_network=False, fork_server=fork))
+        line = [ln for ln in out.log.splitlines() if "CAPS {" in ln][-1]
+        caps = eval(line[line.index("{"):line.rindex("}") + 1])  # noqa: S307 - a dict repr this test's own candidate printed
+        for kind in ("CapEff", "CapPrm", "CapBnd"):
+            held = int(caps[kind], 16)
+            kept = [c for c in confinement._DROPPED_CAPS if held >> c & 1]
+            assert not kept, f"fork server {fork}: {kind} still holds capabilities {kept}"
