@@ -315,6 +315,19 @@ def _ms(outcome: Mapping[str, Any]) -> list[float]:
     return [r["timing"]["median_ms"] for r in outcome.get("results", []) if r.get("timing")]
 
 
+def _unseen(entries: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per timed workload of every evaluation: the parent's clock per call, less the harness's own loop,
+    over the median the child reported (Timing.wall_ms, loop_ms): on a GPU the room a floor like the
+    CPU's would leave honest kernels (docs/timing.md, the wall's allowance per call)."""
+    out = []
+    for e in entries:
+        for r in e["outcome"].get("results", []):
+            t = r.get("timing") or {}
+            if t.get("wall_ms") is not None and t.get("loop_ms") is not None and t.get("median_ms"):
+                out.append(round((t["wall_ms"] - t["loop_ms"]) / t["median_ms"], 3))
+    return out
+
+
 def summarize(result: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The tables' cells, from what the run wrote."""
     winner = result.get("winner") or {}
@@ -345,6 +358,7 @@ def summarize(result: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -
         "guards": [{"axes": s.get("axes"), "speedup": s.get("speedup"), "verdict": s.get("verdict")}
                    for s in guards.get("shapes", [])],
         "seconds_per_eval": walls, "spawn": _spawns(entries), "failures": _failures(entries),
+        "unseen_over_median": _unseen(entries),
         "stage1": {"ideal": stage1.get("theory"), "current": current.get("bound") if current else stage1.get("measured"),
                    "bottleneck": stage1.get("bottleneck"), "note": stage1.get("note"),
                    "evidence": current.get("note") if current else None},
@@ -455,6 +469,12 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
         fs = "; ".join(f"[{f.get('severity')}] {f.get('title')} ({f.get('tool')})" for f in r.get("findings", [])) or "-"
         out.append(f"| {r['name']} | {s.get('ideal') or '-'} | {s.get('current') or '-'}: {(s.get('evidence') or '')[:140]} "
                    f"| {fs} |")
+    out += ["", "### Timing integrity: the parent's clock per call, less the harness's loop, over the reported median", "",
+            "(1.0: the wall holds nothing but the calls; what an honest kernel reaches is what a GPU floor may allow)", "",
+            "| kernel | timed workloads | median | max |", "|---|---|---|---|"]
+    for r in rows:
+        u = r.get("unseen_over_median") or []
+        out.append(f"| {r['name']} | {len(u)} | {_f(statistics.median(u) if u else None, '.3f')} | {_f(max(u) if u else None, '.3f')} |")
     return "\n".join(out)
 
 

@@ -69,6 +69,12 @@ class Timing:
     mode: str = "events"
     """'events' (CUDA events around each call), 'cuda_graph' (around each replay of the call captured
     as a graph: no host launch overhead), 'events (CUDA graph capture failed: why)', or 'cpu'."""
+    wall_ms: float | None = None
+    """The parent's own clock per timed call: the phase's wall, from the seeds sent to the end
+    received, over its calls, the harness's loop included (None where no channel timed it)."""
+    loop_ms: float | None = None
+    """The harness's own loop per call on this workload (its calibration phase, on the parent's clock):
+    ``wall_ms - loop_ms`` against ``median_ms`` is what a GPU floor like the CPU's would bound."""
 
     @property
     def spread(self) -> float:
@@ -81,7 +87,8 @@ class Timing:
         mode = d.get("mode", "events")
         # Written by the candidate's process: a label for the report, kept only in a known shape.
         mode = mode[:240] if isinstance(mode, str) and mode.startswith(("events", "cuda_graph", "cpu")) else "events"
-        return Timing(float(d["median_ms"]), float(d["p10_ms"]), float(d["p90_ms"]), float(d["std_ms"]), int(d["n"]), mode)
+        return Timing(float(d["median_ms"]), float(d["p10_ms"]), float(d["p90_ms"]), float(d["std_ms"]), int(d["n"]), mode,
+                      finite(d.get("wall_ms")), finite(d.get("loop_ms")))
 
 
 @dataclass(frozen=True)
@@ -819,7 +826,10 @@ def _timing(entry: Mapping[str, Any], child_seconds: float, spent_ms: list[float
         total = float(t.get("sum_ms", timing.median_ms * timing.n))
     except (KeyError, TypeError, ValueError) as e:
         raise _Verdict("RUNTIME_ERROR", f"malformed timing from the candidate's process: {e}") from None
-    timing = replace(timing, mode=timing_mode(t.get("mode"), keeper.device, keeper.graphs))
+    # The parent's figures, never the child's (its summary may carry fields of these names).
+    wall = phase.wall_s * 1e3 / phase.reps if phase is not None and phase.reps > 0 else None
+    timing = replace(timing, mode=timing_mode(t.get("mode"), keeper.device, keeper.graphs), wall_ms=wall,
+                     loop_ms=keeper.calibration_ms(wi) if wall is not None else None)
     values = (timing.median_ms, timing.p10_ms, timing.p90_ms, total)
     if timing.n < 1 or not all(math.isfinite(v) and v > 0 for v in values) or not (
             timing.p10_ms <= timing.median_ms <= timing.p90_ms):

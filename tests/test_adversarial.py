@@ -870,6 +870,12 @@ def test_an_honest_slow_candidate_fits_the_parents_clock_call_by_call(tmp_path: 
     outcome = evaluate(SWIGLU, candidate("slow", src), LOADS, Tolerance(), settings(tmp_path))
     assert outcome.passed, outcome.log
     assert all(r.timing and r.timing.median_ms > 40 for r in outcome.results)
+    # The parent's own figures per call go with each timing (the numbers a GPU floor needs from honest
+    # kernels first, docs/timing.md), and the journal keeps them.
+    for r in Outcome.from_json(json.loads(json.dumps(outcome.to_json()))).results:
+        t = r.timing
+        assert t is not None and t.wall_ms is not None and t.loop_ms is not None, t
+        assert 0 < t.loop_ms < 40 < t.median_ms <= t.wall_ms < t.median_ms + t.loop_ms + 20, t
 
 
 def test_clearing_the_record_of_dispatched_operators_hides_nothing(tmp_path: Path) -> None:

@@ -55,4 +55,8 @@ def test_the_tiny_run_goes_through_kernelpro_optimize_and_fills_the_tables(upstr
     assert "warm" in row["spawn"] or "fork server" in row["spawn"], row["spawn"]
     text = (tmp_path / "upstream.md").read_text()
     assert "| tiny_affine | 0 | 3 |" in text and "### Issue 22" in text and "### Issue 23" in text
+    # The parent's clock per call against the median, for every timed workload of the run's evaluations.
+    unseen = row["unseen_over_median"]
+    assert len(unseen) >= 3 and all(u > 0.5 for u in unseen), unseen
+    assert f"| tiny_affine | {len(unseen)} |" in text and "### Timing integrity" in text
     assert (tmp_path / "files" / "tiny_affine.result.json").exists()
