@@ -1061,6 +1061,36 @@ def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str
                              "read (a list of triton.Config, or a comprehension over literal lists, it can)")
 
 
+def autotune_sizes(source: str) -> dict[str, int]:
+    """Configs each ``@triton.autotune`` of ``source`` lists, by kernel, where the tuner can count them (a
+    literal list, or a comprehension over literal lists without conditions): what Triton compiles and
+    benchmarks in every fresh process that first calls the kernel. Empty where ``source`` does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    aliases = import_aliases(tree)
+    sizes: dict[str, int] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in fn.decorator_list:
+            if not isinstance(deco, ast.Call) or triton_decorator(deco, aliases) != "autotune":
+                continue
+            named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
+            arg = named.get("configs", deco.args[0] if deco.args else None)
+            if isinstance(arg, ast.List | ast.Tuple):
+                sizes[fn.name] = len(arg.elts)
+            elif isinstance(arg, ast.ListComp | ast.GeneratorExp) and all(
+                    isinstance(g.iter, ast.List | ast.Tuple) and not g.ifs for g in arg.generators):
+                n = 1
+                for g in arg.generators:
+                    assert isinstance(g.iter, ast.List | ast.Tuple)
+                    n *= len(g.iter.elts)
+                sizes[fn.name] = n
+    return sizes
+
+
 def _scan(source: str) -> list[tuple[Knob, _Site]]:
     return _scan_notes(source)[0]
 

@@ -16,7 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernelpro import cuda_knobs
-from kernelpro.knobs import Knob, KnobError, entry_roots, explain, find_knobs, reachable_functions
+from kernelpro.knobs import (
+    Knob,
+    KnobError,
+    autotune_sizes,
+    entry_roots,
+    explain,
+    find_knobs,
+    reachable_functions,
+)
 from kernelpro.setting import apply_setting
 
 from ..candidate import Candidate
@@ -133,6 +141,24 @@ def silence(solution: Solution) -> str:
     return f"no launch parameter the tuner can change: {shown}"
 
 
+# A candidate's autotune lists may hold at most this many times the configs its parent's do: Triton
+# compiles and benchmarks every config in each candidate's fresh process. On the H200 (session 26) Liger
+# DyT's 18 configs took 6 s of its evaluation, and the tuner's first two candidates, with 48 and 36
+# (every list end drawn at once), 24 s and 29 s: four evaluations filled a 300 s run.
+AUTOTUNE_GROWTH = 2
+
+
+def _autotune_bounded(parent: Solution, child: Solution) -> bool:
+    """Whether no autotune list of ``child`` holds more than AUTOTUNE_GROWTH times its parent's configs."""
+    before = {s.path: autotune_sizes(s.content) for s in parent.sources if s.path.endswith(".py")}
+    for src in child.sources:
+        if src.path.endswith(".py"):
+            old = before.get(src.path, {})
+            if any(n > AUTOTUNE_GROWTH * old.get(k, n) for k, n in autotune_sizes(src.content).items()):
+                return False
+    return True
+
+
 def _describe(knobs: list[_FileKnob], settings: Mapping[str, int]) -> str:
     moves = [f"{fk.knob.name} {fk.knob.value}->{settings[fk.key]}" for fk in knobs if settings[fk.key] != fk.knob.value]
     return ", ".join(moves) or "no change"
@@ -197,7 +223,7 @@ class Tuner:
         keys: set[str] = set()
         for settings in self._moves(knobs, mode, parent.candidate.key, context.findings):
             sol = self._apply(base, knobs, settings)
-            if sol is None:
+            if sol is None or not _autotune_bounded(base, sol):
                 continue
             key = sol.content_hash()
             if key in keys or context.seen(key):
