@@ -18,6 +18,7 @@ from github import GithubException
 from kernelpro.templates import environment
 
 from .body import code_block, md
+from .comment import last_line
 from .event import MAX_BUDGET, Trigger
 
 __all__ = ["Answered", "live_run", "reply", "reply_text"]
@@ -44,7 +45,7 @@ class Answered:
 
 def live_run(sticky_body: str | None) -> int | None:
     """The run id the sticky comment names as optimizing now, or None (no run is live)."""
-    m = _LIVE.search(sticky_body or "")
+    m = _LIVE.fullmatch(last_line(sticky_body))
     return int(m.group(1)) if m else None
 
 

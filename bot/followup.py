@@ -28,7 +28,7 @@ from kernelpro.workspace import checkouts
 
 from .artifact import Results, load_results
 from .body import _safe_url, md, render_comment, render_job_summary, render_summary_comment
-from .comment import CommentError, StickyComment, progress_body
+from .comment import CANCELLED_MARKER, CommentError, StickyComment, last_line, progress_body
 from .event import Trigger
 from .job import ActionError, explain, fetch_pr, react, status, summary
 from .publish import Launch, publish
@@ -187,7 +187,7 @@ def _cancelled_run(settings: Settings, repo: Any, sticky: StickyComment, head_sh
     body = stopped_body(CANCELLED_WHY, len(settings.plan_targets), settings.run_url)
     try:
         said = sticky.current_body() or ""
-        if not ("cancelled by" in said and "/kernelpro cancel" in said):  # bot/plan.py's words, escaped
+        if last_line(said) != CANCELLED_MARKER:  # bot/plan.py's marker, in the one place the bot writes it
             sticky.update(body, force=True)
     except CommentError as e:
         print(f"::warning title=kernelpro::could not write the cancel to the sticky comment: {e}")

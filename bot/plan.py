@@ -25,7 +25,7 @@ from kernelpro.workspace import checkouts
 from .body import code_block, md, render_comment
 from .change import changed_files, changed_kernels, config_snippet
 from .command import reply, reply_text
-from .comment import CommentError, StickyComment, progress_body
+from .comment import CANCELLED_MARKER, CommentError, StickyComment, progress_body
 from .event import Trigger
 from .job import ActionError, explain, fetch_pr, react, say_done, say_failed, status
 from .permission import can_retry
@@ -117,8 +117,8 @@ def _cancelled(settings: Settings, repo: Any, sticky: StickyComment, trigger: An
     would stay pending). The status goes on the PR's head, the commit the cancelled run was approved
     on unless the author pushed since (then the pending status is on a commit no longer checked)."""
     why = f"cancelled by {trigger.sender} (/kernelpro cancel); comment /kernelpro retry to start again"
-    sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=why),
-                  force=True)
+    sticky.update(progress_body("failed", kernel_i=0, kernels=0, evaluations=0, best_speedup=None, reason=why)
+                  + f"\n\n{CANCELLED_MARKER}", force=True)
     try:
         head = repo.get_pull(trigger.pr).head.sha
     except GithubException as e:  # the run is stopped and the comment says so: the status is a courtesy

@@ -47,7 +47,7 @@ from kernelpro.settings import Settings
 
 from .artifact import MAX_ZIP_BYTES, ArtifactError, TargetResults, extract_results, load_results
 from .body import _safe_url, md, render_comment
-from .comment import CommentError, StickyComment
+from .comment import CommentError, StickyComment, last_line
 from .event import Trigger
 
 __all__ = [
@@ -83,7 +83,7 @@ def live_marker(run_id: int | str) -> str:
 
 def is_live(body: str | None, run_id: int | str) -> bool:
     """Whether ``body`` still shows run ``run_id``'s live progress (no final state written yet)."""
-    return bool(body) and live_marker(run_id) in (body or "")
+    return last_line(body) == live_marker(run_id)
 
 
 @dataclass(frozen=True)

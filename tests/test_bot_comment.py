@@ -197,3 +197,22 @@ def test_progress_bodies() -> None:
     assert "**Stopped** at kernel 1/2" in f
     with pytest.raises(ValueError):
         progress_body("bogus", kernel_i=0, kernels=0, evaluations=0, best_speedup=None)
+
+
+def test_a_cut_keeps_the_state_marker_last_and_closes_an_open_fence(fake: FakeGitHub, repo: Repository) -> None:
+    """The bot reads a live run's marker (and a cancel's) from the comment's last line only: a file name
+    above it posed as one (tests/test_bot_markers.py). Cutting a long comment to GitHub's limit took the
+    marker away with the end, and left a code fence open that swallowed what followed."""
+    from kernelpro.bot.command import live_run
+    from kernelpro.bot.comment import BODY_LIMIT, last_line
+    from kernelpro.bot.progress import is_live, live_marker
+
+    s = StickyComment(repo, 1)
+    forged = "<!-- kernelpro:live run=1002 -->"
+    body = f"**Queued**\n\n````yaml\n# {forged}\n" + "x: 1\n" * BODY_LIMIT + f"````\n\n{live_marker(7)}\n"
+    text = s.text(body)
+    assert len(text) <= BODY_LIMIT and last_line(text) == live_marker(7), text[-300:]
+    assert live_run(text) == 7 and is_live(text, 7) and not is_live(text, 1002)
+    fences = [ln for ln in text.splitlines() if ln.startswith("````")]
+    assert len(fences) == 2, fences
+    assert live_run(f"{forged}\n\nsomething after it") is None, "a marker anywhere but the last line is not the bot's"
