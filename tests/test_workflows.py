@@ -231,8 +231,9 @@ def test_example_triggers_and_concurrency() -> None:
     assert _group("pull_request", label, 1) == "kernelpro-7"
     assert _group("pull_request", {**label, "label": {"name": "bug"}}, 2) != "kernelpro-7"
 
-    def comment(body: str) -> dict[str, Any]:
-        return {"issue": {"number": 7, "pull_request": {"url": "u"}}, "comment": {"id": 99, "body": body}}
+    def comment(body: str, association: str = "MEMBER") -> dict[str, Any]:
+        return {"issue": {"number": 7, "pull_request": {"url": "u"}},
+                "comment": {"id": 99, "body": body, "author_association": association}}
 
     for body in ("/kernelpro retry", "/kernelpro retry --kernel swiglu --budget 3", "/KernelPro Retry"):
         assert _group("issue_comment", comment(body), 3) == "kernelpro-7", body
@@ -240,6 +241,14 @@ def test_example_triggers_and_concurrency() -> None:
              for run, body in enumerate(("/kernelpro cancel", "/kernelpro status", "/kernelpro help",
                                          "/kernelpro", "/kernelpro rerun", "looks good"), start=10)]
     assert all(g.startswith("kernelpro-7-") for g in alone) and len(set(alone)) == len(alone), alone
+    # An outsider's comment holding the words, quoted or not, never takes a maintainer's waiting retry's
+    # place (GitHub keeps only the newest pending run of a group; a red-team probe, session 27).
+    for association in ("OWNER", "COLLABORATOR"):
+        assert _group("issue_comment", comment("/kernelpro retry", association), 30) == "kernelpro-7"
+    outsiders = [_group("issue_comment", comment(body, association), run) for run, (body, association) in enumerate((
+        ("/kernelpro retry", "NONE"), ("> /kernelpro retry", "CONTRIBUTOR"), ("could someone /kernelpro retry?", "NONE"),
+        ("```\n/kernelpro retry\n```", "FIRST_TIME_CONTRIBUTOR")), start=40)]
+    assert all(g.startswith("kernelpro-7-alone-") for g in outsiders), outsiders
     # An issue that is not a pull request never shares a pull request's group.
     assert _group("issue_comment", {"issue": {"number": 7}, "comment": {"id": 5, "body": "/kernelpro retry"}},
                   20) != "kernelpro-7"
