@@ -15,6 +15,7 @@ import json
 import math
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -161,6 +162,8 @@ class Run:
         self.restored = 0
         self.halted: str | None = None
         """Why the programmer cannot go on (a PluginError): the search stops, keeping what it found."""
+        self.propose_failed: str | None = None
+        """The last error the programmer raised on one expansion (which then proposed nothing)."""
         self.builds: BuildPool | None = None
         self.standbys = False
         self.spare: NcuStandby | None = None
@@ -273,6 +276,13 @@ class Run:
         except PluginError as e:
             # Pointless to retry (bad key, unknown model): stop searching, keep what was found.
             self.halted = str(e)
+            return []
+        except Exception as e:  # noqa: BLE001 - one expansion fails, never the run and what it found
+            # The programmer reads untrusted text (a model's answer, the pull request's source): whatever
+            # it raised on one (RecursionError on a thousand '[', a red-team probe of session 27) costs
+            # that expansion, and the stop reason says so if nothing was proposed at all.
+            self.propose_failed = f"{type(e).__name__}: {e}"[:300]
+            print(f"kernelpro: the programmer failed on one expansion ({self.propose_failed})", file=sys.stderr)
             return []
 
     def search(self) -> None:
@@ -559,7 +569,8 @@ class Run:
             return f"every request to the LLM endpoint failed: {used.get('last_error')}"
         if len(self.evaluated) < self.budget and self.clock() <= self.deadline:
             # The tuner says which construct hid the launch parameters when it found none (Tuner.silent).
-            why = getattr(self.programmer, "silent", "")
+            why = getattr(self.programmer, "silent", "") or (
+                f"the programmer failed: {self.propose_failed}" if self.propose_failed else "")
             return f"{NOTHING_PROPOSED} ({why})" if why else NOTHING_PROPOSED
         if self.clock() > self.deadline:
             return f"time budget of {self.target.budget.minutes:g} min spent"

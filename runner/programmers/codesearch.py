@@ -291,7 +291,7 @@ class Session:
                     return f"The budget of {b.probe_calls} layout checks per answer is spent."
                 self._probes += 1
                 text = self.search.probe(args)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError, MemoryError):  # a thousand '[' is the model's error too
             text = f"{name}: the arguments are not valid JSON."
         except CodeSearchError as e:
             text = f"{name}: {e}"
