@@ -4,6 +4,8 @@ in exactly one part of a split, or a new test would silently never run on the H2
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -12,30 +14,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _collected(expr: str | None) -> set[str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", "gpu",
-           str(ROOT / "tests" / "test_gpu.py")]
-    p = subprocess.run([*cmd, *(["-k", expr] if expr else [])], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    return {line.split("::")[1] for line in p.stdout.splitlines() if "::" in line}
+def _selection(exprs: list[str]) -> dict[str, tuple[set[str], set[int]]]:
+    """Every GPU test of every file that has any, as `file::test[id]`: its markers and which of ``exprs``
+    select it with `-k` (tests/gpu_selection.py), from one collection."""
+    files = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py")) if re.search(r"pytest\.mark\.gpu\b", p.read_text())]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "gpu_selection", "--collect-only",
+           "-m", "gpu", *files]
+    env = {**os.environ, "KERNELPRO_SELECT": json.dumps(exprs),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("KERNELPRO_SELECTION ")), None)
+    assert line is not None, p.stdout[-2000:] + p.stderr[-2000:]
+    found = json.loads(line.removeprefix("KERNELPRO_SELECTION "))
+    return {node.split("tests/", 1)[1]: (set(v["marks"]), set(v["k"])) for node, v in found.items()}
 
 
 def test_the_four_tiers_hold_every_gpu_test_once() -> None:
     script = (ROOT / "benchmarks" / "h200.sh").read_text()
     tiers = dict(re.findall(r'\[(t\d)\]="([^"]+)"', script))
     assert sorted(tiers) == ["t1", "t2", "t3", "t4"]
-    parts = {name: _collected(expr) for name, expr in tiers.items()}
-    everything = _collected(None)
+    names = sorted(tiers)
+    selected = {node: ks for node, (_, ks) in _selection([tiers[n] for n in names]).items()
+                if node.startswith("test_gpu.py::")}
+    parts = {name: {node for node, ks in selected.items() if i in ks} for i, name in enumerate(names)}
+    everything = set(selected)
     assert len(everything) >= 18
     assert set().union(*parts.values()) == everything, everything - set().union(*parts.values())
     assert sum(len(p) for p in parts.values()) == len(everything), parts  # none in two tiers
-
-
-def _in_files(marks: str, expr: str | None) -> set[str]:
-    """The GPU tests of every file that has any, as `file::test[id]`, that ``-m marks -k expr`` select."""
-    files = [str(p) for p in sorted((ROOT / "tests").glob("test_*.py")) if re.search(r"pytest\.mark\.gpu\b", p.read_text())]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", marks, *files]
-    p = subprocess.run([*cmd, *(["-k", expr] if expr else [])], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    return {line.split("tests/", 1)[1] for line in p.stdout.splitlines() if "::" in line}
 
 
 def test_the_four_parts_of_the_tier_hold_every_gpu_test_once() -> None:
@@ -54,11 +59,10 @@ def test_the_four_parts_of_the_tier_hold_every_gpu_test_once() -> None:
     assert "parts=(par timing-a timing-b timing-c)" in script
     h200 = (ROOT / "benchmarks" / "h200.sh").read_text()
     assert "tier-par|tier-timing-a|tier-timing-b|tier-timing-c)" in h200 and '.ci/gpu" --part "${1#tier-}"' in h200
-    par = _in_files("gpu and not gpu_timing", None)
-    a = _in_files("gpu and gpu_timing", f"({timing_a})")
-    b = _in_files("gpu and gpu_timing", f"not ({timing_a}) and not ({timing_c})")
-    c = _in_files("gpu and gpu_timing", f"({timing_c}) and not ({timing_a})")
-    everything = _in_files("gpu", None)
+    found = _selection([f"({timing_a})", f"not ({timing_a}) and not ({timing_c})", f"({timing_c}) and not ({timing_a})"])
+    par = {node for node, (marks, _) in found.items() if "gpu_timing" not in marks}
+    a, b, c = ({node for node, (marks, ks) in found.items() if "gpu_timing" in marks and i in ks} for i in range(3))
+    everything = set(found)
     assert len(everything) >= 40 and a and b and c
     assert par | a | b | c == everything, sorted(everything - (par | a | b | c))
     assert len(par) + len(a) + len(b) + len(c) == len(everything)
