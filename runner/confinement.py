@@ -68,8 +68,10 @@ _TOOL_ONLY: set[str] = set()
 # and message queues are other processes' data (a file of the runner's user in /dev/shm was readable).
 # Not /opt: self-hosted runners are installed there (/opt/actions-runner: the runner's registration key,
 # its logs, the checkout and $RUNNER_TEMP with the results), and a candidate read them into its error
-# message (a red-team probe, session 27); what kernelpro needs there (a Python, ncu) is named on its own.
-SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys")
+# message (a red-team probe, session 27); what kernelpro needs there is named on its own: a Python
+# (its prefix), and NVIDIA's tools, whose installers put Nsight Compute in /opt/nvidia (the H200's
+# ncu is /opt/nvidia/nsight-compute/2025.3.1; a launcher script elsewhere may start it from there).
+SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/opt/nvidia")
 # Variables the Actions runner sets that name folders inside its own installation (config.sh's folder,
 # which holds .runner and .credentials_rsaparams beside _work).
 _RUNNER_VARIABLES = ("RUNNER_TEMP", "RUNNER_WORKSPACE", "GITHUB_WORKSPACE", "RUNNER_TOOL_CACHE")
