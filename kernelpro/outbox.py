@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-__all__ = ["MIN_SECRET", "Removal", "seal", "secret_values", "spellings"]
+__all__ = ["LARGEST", "MIN_SECRET", "Removal", "seal", "secret_values", "spellings"]
 
+LARGEST = 1 << 30
+"""Bytes (apparent size) above which a file is removed unread: nothing kernelpro writes comes near, and
+a candidate's sparse file of 1 TiB would have kept the secret scan reading for hours (session 27)."""
 MIN_SECRET = 8
 """Shorter values are not treated as secrets (too many false matches, and no real key is that short)."""
 _SECRET_NAME = re.compile(r"(?i)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)")
@@ -136,6 +139,8 @@ def seal(root: Path, secrets: Mapping[str, str]) -> list[Removal]:
             why = "not a regular file (a FIFO, socket or device)"
         elif st.st_nlink > 1:
             why = "a hard link (a second name of a file that may live outside the results folder)"
+        elif st.st_size > LARGEST:
+            why = f"larger than {LARGEST >> 30} GiB, more than any result of kernelpro's (removed unread)"
         elif (name := next((n for n, x in needles if x in rel.encode("utf-8", "surrogateescape")), None)) is not None:
             why = f"its name holds the value of {name}, a secret kernelpro holds"
             rel = "(a name holding a secret)"

@@ -402,6 +402,10 @@ _EPERM, _EACCES, _ENOSYS, _ECONNREFUSED = 1, 13, 38, 111
 _AF_UNIX, _SOCK_STREAM, _SOCK_TYPE_MASK = 1, 1, 0xF
 _LD_W_ABS, _JEQ, _JGE, _RET, _AND = 0x20, 0x15, 0x35, 0x06, 0x54  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K, BPF_ALU|AND|K
 _X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers, refused as a whole
+# shmget, semget, msgget: System V IPC, refused where unix sockets are (a host without an NVIDIA GPU,
+# where nothing a candidate needs uses it): without an IPC namespace its objects outlive the candidate,
+# hold memory no watchdog sees, and carry messages to the next one (a red-team probe, session 27).
+_SYSV = {"x86_64": (29, 64, 68), "aarch64": (194, 190, 186)}
 # (AUDIT_ARCH_*, socket, calls made a no-op, io_uring_setup/enter/register, utime calls, connect). socketcall does not
 # exist on either; fchmodat2 (452), setxattrat (463) and removexattrat (466) are the same on both.
 _ARCHES = {
@@ -448,7 +452,8 @@ def seccomp_description() -> str:
     why = seccomp_available()
     if why is not None:
         return f"seccomp filter unavailable ({why}): UDP, unix sockets and chmod/chown/utime/xattr NOT confined"
-    sockets = {"refuse": "no sockets but socketpair", "stream": "no sockets but unix stream ones and socketpair",
+    sockets = {"refuse": "no sockets but socketpair, no System V IPC",
+               "stream": "no sockets but unix stream ones and socketpair",
                "any": "no sockets but unix ones and socketpair"}[unix_sockets()]
     if REFUSE_CONNECT:
         sockets += ", no connect"
@@ -473,6 +478,9 @@ def _program(arch: str, sockets: bool, unix: str) -> list[tuple[int, int, int, i
     # creates the file as it should.
     for nr in times:
         prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _EPERM)]
+    if sockets and unix == "refuse":
+        for nr in _SYSV[arch]:
+            prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _EACCES)]
     if sockets and REFUSE_CONNECT:
         prog += [(_JEQ, 0, 1, connect_nr), (_RET, 0, 0, _RET_ERRNO | _ECONNREFUSED)]
     if sockets:
@@ -530,7 +538,7 @@ def empty_mounts() -> None:
 # --------------------------------------------------------------------------- the supervisor
 
 
-def _tree(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
     """Every live process below ``root``: its children, theirs, and so on (zombies only wait to be reaped)."""
     # runner/procstat.py's reading, written again: the supervisor's interpreter loads this file alone (_BOOT).
     below: dict[int, list[int]] = {}
@@ -552,6 +560,18 @@ def _tree(root: int) -> list[int]:
     return out
 
 
+def stop_tree(root: int) -> set[int]:
+    """SIGSTOP ``root`` and every process below it, again until a pass finds none it had not stopped
+    (a stopped process forks nothing); the pids it stopped, which SIGCONT takes back."""
+    stopped: set[int] = set()
+    while new := [pid for pid in (root, *descendants(root)) if pid not in stopped]:
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped.update(new)
+    return stopped
+
+
 def kill_descendants() -> None:
     """SIGKILL every process below this one (a subreaper: orphans are its children) until none is left.
     The whole tree is stopped before any of it is killed: a chain of processes whose last link forks
@@ -561,7 +581,7 @@ def kill_descendants() -> None:
     me = os.getpid()
     while True:
         stopped: set[int] = set()
-        while new := [pid for pid in _tree(me) if pid not in stopped]:
+        while new := [pid for pid in descendants(me) if pid not in stopped]:
             for pid in new:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGSTOP)

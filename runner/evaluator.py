@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import tensorfile
+from . import scratch, tensorfile
 from .sandbox import ChildResult, SandboxError, finite, read_capped_pages, run_child
 from .target import Tolerance
 from .timekeeper import OP_NAME, Timekeeper, digest_of
@@ -917,8 +917,26 @@ def _judge(workloads: Sequence[Workload], ref: _Reference, judges: Sequence[_Out
     return results
 
 
+CACHE_LIMIT = 2 << 30
+"""Bytes a candidate's compile cache may hold after its child (apparent sizes): a real one holds a few
+MiB of cubins and launchers. A candidate left a sparse file of 1 TiB there, in the results folder, which
+the secret scan before the upload would have read for hours (a red-team probe, session 27)."""
+
+
 def evaluate(definition: Definition, solution: Solution, workloads: Sequence[Workload],
              tolerance: Tolerance, settings: EvalSettings) -> Outcome:
+    outcome = _evaluated(definition, solution, workloads, tolerance, settings)
+    cache = settings.cache_dir
+    if cache is not None and scratch.larger_than(cache, CACHE_LIMIT):
+        scratch.remove(cache)
+        note = (f"CACHE_DROPPED: the candidate's compile cache held more than {CACHE_LIMIT >> 30} GiB after its "
+                "evaluation; it was removed")
+        outcome = replace(outcome, warnings=(*outcome.warnings, note))
+    return outcome
+
+
+def _evaluated(definition: Definition, solution: Solution, workloads: Sequence[Workload],
+               tolerance: Tolerance, settings: EvalSettings) -> Outcome:
     outcome = _guarded(definition, solution, workloads, tolerance, settings)
     earlier: list[str] = []
     while _inconsistent(outcome) and len(earlier) < settings.timing_retries:

@@ -3,7 +3,7 @@ each child, instead of a fresh interpreter paying Python and torch start-up agai
 evaluation on the H200).
 
 The server never initialises CUDA (a forked CUDA context is unusable), so each child starts CUDA
-itself, as a fresh process would. A child confines itself as ``unshare -r -n -p --kill-child
+itself, as a fresh process would. A child confines itself as ``unshare -r -n -i -p --kill-child
 --mount-proc`` confines a fresh one: its own session, then user, network, pid and mount namespaces
 (root in its user namespace maps to the runner's user), a fork so the harness is pid 1 of the new
 pid namespace with its own /proc, and death with its parent. The server runs with the scrubbed
@@ -42,6 +42,7 @@ from . import confinement, reaper
 from .environment import scrubbed_env
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
 _FAILED_TO_CONFINE = 70
@@ -57,7 +58,7 @@ def _confine() -> None:
     namespace, with /proc mounted for it (and empty /run and /dev/shm) and set to die with its parent."""
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS) != 0:
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "unshare failed")
     Path("/proc/self/setgroups").write_text("deny")
     Path("/proc/self/uid_map").write_text(f"0 {uid} 1")

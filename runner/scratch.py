@@ -35,3 +35,21 @@ def folder(prefix: str, dir: str | os.PathLike[str] | None = None) -> Iterator[s
         yield path
     finally:
         remove(path)
+
+
+def larger_than(folder: str | os.PathLike[str], limit: int) -> bool:
+    """Whether the files under ``folder`` (links not followed) add up to more than ``limit`` bytes by
+    their apparent sizes, which a sparse file makes as large as it likes for no disk; stops counting
+    once past it, and never raises."""
+    total, todo = 0, [os.fspath(folder)]
+    while todo:
+        with contextlib.suppress(OSError), os.scandir(todo.pop()) as entries:
+            for e in entries:
+                with contextlib.suppress(OSError):
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        total += e.stat(follow_symlinks=False).st_size
+                        if total > limit:
+                            return True
+    return False

@@ -980,3 +980,41 @@ def test_the_timing_channel_takes_no_method_on_its_instance() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+SPARSE_CACHE = '''
+import os
+# Written before the import of torch: one file of 1 TiB in the candidate's compile cache, holding no block.
+_d = os.environ["TRITON_CACHE_DIR"]
+with open(os.path.join(_d, "0" * 16 + ".cubin"), "wb") as f:
+    f.truncate(1 << 40)
+
+import torch
+
+def run(a, b):
+    return torch.nn.functional.silu(a) * b
+'''
+
+
+def test_a_compile_cache_past_its_limit_is_dropped_and_the_upload_reads_no_huge_file(tmp_path: Path) -> None:
+    """A candidate's Triton cache lies in the results folder, and the secret scan before the upload
+    (kernelpro/outbox.py seal) read every byte of every file there: a sparse file of 1 TiB, which costs
+    the candidate no disk and no time, would have kept it reading for hours and the run's results from
+    being uploaded (a red-team probe, session 27). The cache is removed past CACHE_LIMIT, with a
+    warning, and seal removes any file past LARGEST unread."""
+    from kernelpro.outbox import LARGEST, seal
+
+    out = tmp_path / "out"
+    cache = out / ".triton-cache" / "0123456789abcdef"  # as Run._triton_cache lays it out
+    outcome = evaluate(SWIGLU, candidate("sparse", SPARSE_CACHE), LOADS, Tolerance(),
+                       settings(tmp_path, trials=1, cache_dir=cache))
+    assert outcome.passed, outcome.log[-500:]
+    assert any(w.startswith("CACHE_DROPPED") for w in outcome.warnings), outcome.warnings
+    assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 1 << 30
+    huge = out / "trace.jsonl"
+    with open(huge, "wb") as f:
+        f.truncate(LARGEST + 1)
+    t0 = time.perf_counter()
+    removed = seal(out, {"KERNELPRO_LLM_API_KEY": "sk-0123456789abcdefghij"})
+    assert time.perf_counter() - t0 < 5 and not huge.exists()
+    assert [r.path for r in removed] == ["trace.jsonl"] and "removed unread" in removed[0].why

@@ -364,7 +364,7 @@ print(" ".join(said))
     st = f.stat()
     assert oct(st.st_mode) == "0o100644" and st.st_mtime > 0 and st.st_uid == os.getuid()
     desc = confinement.available(True).description
-    assert "seccomp (no sockets but socketpair, no connect, no io_uring, no chmod/chown/utime/xattr)" in desc
+    assert "seccomp (no sockets but socketpair, no System V IPC, no connect, no io_uring, no chmod/chown/utime/xattr)" in desc
 
 
 @pytest.mark.parametrize(("unix", "connect", "expected"), [

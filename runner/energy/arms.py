@@ -78,6 +78,25 @@ GRAPH_ROUNDS = 4
 """Rounds over the input sets captured in one CUDA graph of an energy arm."""
 
 
+def _until_stopped(pids: set[int], limit_s: float = 2.0) -> None:
+    """Wait (``limit_s`` at most) until each of ``pids`` is stopped or gone: SIGSTOP arrives asynchronously."""
+    import time
+
+    end = time.monotonic() + limit_s
+    left = set(pids)
+    while left and time.monotonic() < end:
+        for pid in list(left):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                state = "X"
+            if state in ("T", "t", "Z", "X"):
+                left.discard(pid)
+        if left:
+            time.sleep(0.001)
+
+
 def _capture(arm: Any) -> tuple[Any, int] | None:
     """The arm's calls captured as one CUDA graph (GRAPH_ROUNDS rounds over the input sets), or None
     when the candidate cannot be captured (it synchronises, copies to the host, ...).
@@ -113,6 +132,8 @@ class ChildRunner:
     def __init__(self, requests: Mapping[str, Mapping[str, Any]], timeout_s: float = 300.0) -> None:
         self._procs: dict[str, subprocess.Popen[str]] = {}
         self._graph: dict[str, bool] = {}
+        self._stopped: dict[str, set[int]] = {}
+        """Per arm, the processes of its tree the last SIGSTOP reached: the SIGCONT goes to each."""
         self._dirs: list[str] = []  # scratch folders, removed by scratch.remove
         self._work: dict[str, Path] = {}
         self._err: dict[str, int] = {}
@@ -174,13 +195,27 @@ class ChildRunner:
             return ""
 
     def _signal(self, arm: str, sig: int) -> None:
+        """Stop or resume the arm's whole process tree. Its process group was not enough: a process the
+        candidate put in a session of its own ran on while its arm stood still, in the other arm's
+        windows and the idle ones, where the counter charges its work to them (a red-team probe, session 27)."""
+        from .. import confinement
+
         pid = self._procs[arm].pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
         if sig == signal.SIGSTOP:
+            self._stopped[arm] = confinement.stop_tree(pid)
             # Delivery is asynchronous: wait until the arm really stands still before the next window.
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WUNTRACED)
+            _until_stopped(self._stopped[arm] - {pid})
+            return
+        # A kill reaches the whole tree as it is now (stopped first, so nothing forks meanwhile); a resume,
+        # what the stop reached.
+        tree = confinement.stop_tree(pid) if sig == signal.SIGKILL else set()
+        for p in sorted(self._stopped.pop(arm, set()) | tree | {pid}):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
 
     def _reply(self, arm: str, timeout_s: float) -> dict[str, Any]:
         import selectors
