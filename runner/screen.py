@@ -109,9 +109,10 @@ _COMPUTE_METHODS = frozenset({
 _C_LIBRARY = re.compile(r"\b(cublas\w*|cublasLt\w*|cudnn\w*|(?:at|torch)::(?:(?:native|nn|functional)::)*(?!empty\w*\b|zeros\w*\b|ones\w*\b|"
                         r"Tensor\b|ScalarType\b|Device\w*\b|kFloat\w*|kHalf\b|kBFloat16\b|k\w+\b|cuda::)\w+)\s*\(")
 # Process creation and System V IPC too (session 27's red-team review: a double fork with setsid ran
-# on while its energy arm stood still; shared memory segments outlived the candidate).
+# on while its energy arm stood still; shared memory segments outlived the candidate). Not `clone(`:
+# a torch extension's `x.clone()` is that too.
 _C_SYSTEM = re.compile(r"\b(system|popen|getenv|secure_getenv|fopen|open|dlopen|dlsym|execve?|execvp|fork|vfork|"
-                       r"daemon|setsid|posix_spawnp?|clone3?|socket|connect|syscall|shmget|shmat|semget|msgget)\s*\(|"
+                       r"daemon|setsid|posix_spawnp?|socket|connect|syscall|shmget|shmat|semget|msgget)\s*\(|"
                        # Named, not only called: `extern char **environ`, `auto f = &std::system; f(...)`.
                        r"\b(?:__)?environ\b|\b(?:std::)?(?:system|freopen|fdopen|openat|mmap|popen|getenv)\b|\b(?:std::)?[io]?fstream\b|#\s*include\s*[<\"](?:unistd|dlfcn|"
                        r"sys/socket|netinet/\w+|sys/syscall)(?:\.h)?[>\"]")
