@@ -20,23 +20,26 @@ from kernelpro import action
 EVIL = "kernels/<!-- kernelpro:live run={} -->.py"
 
 
-def _push_evil(world: World, tmp_path: Path, victim: int) -> str:
+def _push(world: World, tmp_path: Path, files: dict[str, str]) -> str:
+    """The pull request's head with ``files`` added, pushed as its branch and its pull ref; the head's sha."""
     author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
-    name = EVIL.format(victim)
-    p = tmp_path / "author" / name
-    p.parent.mkdir(exist_ok=True)
-    p.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x_ptr, n, B: tl.constexpr):\n"
-                 "    pass\n")
-    author.index.add([name])
-    author.index.commit("kernel")
+    for name, text in files.items():
+        p = tmp_path / "author" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    author.index.add(list(files))
+    author.index.commit("kernels")
     sha = author.head.commit.hexsha
     author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
     return sha
 
 
+KERNEL = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x_ptr, n, B: tl.constexpr):\n    pass\n"
+
+
 def test_cancel_stops_the_kernelpro_run_not_one_named_in_a_file_name(world: World, tmp_path: Path) -> None:
     release = world.fake.add_run(REPO, head_sha=world.base, event="push")  # e.g. a deploy of main
-    sha = _push_evil(world, tmp_path, release.id)
+    sha = _push(world, tmp_path, {EVIL.format(release.id): KERNEL})
     world.fake.move_head(REPO, 1, sha)
     ours = world.fake.add_run(REPO, head_sha=sha)
     s = world.settings("pull_request", labeled(world, head=sha), GITHUB_RUN_ID=str(ours.id))
@@ -51,14 +54,8 @@ def test_cancel_stops_the_kernelpro_run_not_one_named_in_a_file_name(world: Worl
 def test_a_long_snippet_does_not_cut_off_the_live_marker(world: World, tmp_path: Path) -> None:
     """80 tiny unconfigured kernels: the queued comment's snippet passed GitHub's limit, the text was cut
     at the end, and the cut took the live marker (and the code fence's closing line) with it."""
-    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
-    (tmp_path / "author" / "kernels").mkdir(exist_ok=True)
     src = "import triton\n\n" + "".join(f"@triton.jit\ndef k{i}(x):\n    pass\n\n" for i in range(80))
-    (tmp_path / "author" / "kernels" / "many.py").write_text(src)
-    author.index.add(["kernels/many.py"])
-    author.index.commit("many kernels")
-    sha = author.head.commit.hexsha
-    author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    sha = _push(world, tmp_path, {"kernels/many.py": src})
     world.fake.move_head(REPO, 1, sha)
     ours = world.fake.add_run(REPO, head_sha=sha)
     s = world.settings("pull_request", labeled(world, head=sha), GITHUB_RUN_ID=str(ours.id))
@@ -73,14 +70,7 @@ def test_a_long_snippet_does_not_cut_off_the_live_marker(world: World, tmp_path:
 def test_a_run_cancelled_from_the_actions_tab_ends_the_queued_comment(world: World, tmp_path: Path) -> None:
     """publish's `_cancelled_run` kept a comment that held 'cancelled by' and '/kernelpro cancel' anywhere:
     a file name in the queued comment's snippet held both, so the comment stayed 'Queued' (and live) for ever."""
-    author = git.Repo.clone_from(world.origin.as_uri(), tmp_path / "author", branch="feature")
-    name = "kernels/cancelled by x (/kernelpro cancel).py"
-    (tmp_path / "author" / name).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "author" / name).write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n")
-    author.index.add([name])
-    author.index.commit("kernel")
-    sha = author.head.commit.hexsha
-    author.git.push("origin", f"+{sha}:refs/heads/feature", f"+{sha}:refs/pull/1/head")
+    sha = _push(world, tmp_path, {"kernels/cancelled by x (/kernelpro cancel).py": KERNEL})
     world.fake.move_head(REPO, 1, sha)
     run = world.fake.add_run(REPO, head_sha=sha)
     s = world.settings("pull_request", labeled(world, head=sha), GITHUB_RUN_ID=str(run.id))
