@@ -38,8 +38,11 @@ from .artifact import Results, TargetResults, Winner, WorkloadTiming
 
 __all__ = [
     "BODY_LIMIT",
+    "CANCELLED_MARKER",
     "DROP_ORDER",
     "code_block",
+    "fit",
+    "last_line",
     "md",
     "model_label",
     "render_body",
@@ -568,10 +571,8 @@ def render_body(results: Results, *, pr_number: int, head_sha: str, run_url: str
         lo, hi = (mid, hi) if len(body) <= _BUDGET else (lo, mid - 1)
     body = template.render(**{**ctx, "headlines": rows[:lo]}, show=show, omitted=omitted,
                            more_headlines=len(rows) - lo)
-    if len(body) > _BUDGET:  # a pathological fixed part; never exceed the limit
-        tail = "\n\n*(cut to fit GitHub's limit; the full report is in the results artifact)*\n"
-        body = body[: _BUDGET - len(tail)] + tail
-    return body
+    # A pathological fixed part; never exceed the limit.
+    return fit(body, note="\n\n*(cut to fit GitHub's limit; the full report is in the results artifact)*\n")
 
 
 def render_no_pr_comment(results: Results, *, run_url: str | None = None, pr_number: int | None = None,
@@ -593,7 +594,7 @@ def render_comment(state: str, **ctx: Any) -> str:
                             # fork: "found a faster kernel" only when the caller says every winner was timed
                             # on a GPU; otherwise "a verified kernel change", and the summary below says the rest.
                             "gpu": False}
-    return _fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
+    return fit(_env().get_template("comment.md.j2").render(**{**base, **ctx, "state": state}))
 
 
 def _floor_pct(t: TargetResults) -> str:
@@ -703,11 +704,45 @@ def render_job_summary(results: Results, model_written: Sequence[str] = ()) -> s
         lines.append(
             f"| `{h['name']}` | {h['result']} | {h['evaluations']} | {h['hardware']} | {md(t.stop_reason, 120)} |"
         )
-    return _fit("\n".join(lines) + "\n")
+    return fit("\n".join(lines) + "\n")
 
 
-def _fit(text: str) -> str:
+CANCELLED_MARKER = "<!-- kernelpro:cancelled -->"
+"""The hidden last line of a comment that ``/kernelpro cancel`` ended (bot/plan.py)."""
+# State markers the bot writes as a comment's last line (bot/progress.py's live marker, the cancel's),
+# and reads from there alone: text above them (a file name in the queued comment's .kernelpro.yml
+# snippet) posed as a live marker and sent /kernelpro cancel to a run of the attacker's choosing
+# (a red-team probe, session 27).
+_STATE_MARKER = re.compile(r"<!-- kernelpro:(?:live run=[0-9]{1,20}|cancelled) -->")
+_CUT = "\n\n*(cut to fit GitHub's limit; the rest is in the results artifact)*\n"
+
+
+def last_line(body: str | None) -> str:
+    """A comment's last non-empty line, stripped: where the bot's state markers are, and only there."""
+    lines = [ln for ln in (body or "").splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _close_fences(text: str) -> str:
+    """``text`` with a code fence a cut left open closed, so it cannot swallow what follows."""
+    fence = ""
+    for line in text.splitlines():
+        run = len(line) - len(line.lstrip("`"))
+        if not fence and run >= 3:
+            fence = "`" * run
+        elif fence and run >= len(fence) and not line.strip("`").strip():
+            fence = ""
+    return f"{text}\n{fence}" if fence else text
+
+
+def fit(text: str, note: str = _CUT) -> str:
+    """``text`` within GitHub's limit for a comment or body: cut, with ``note`` saying so, a code fence
+    the cut left open closed, and a state marker on its last line kept last (a cut took a live marker
+    with the end of a long comment, and /kernelpro cancel then found no run to stop)."""
     if len(text) <= _BUDGET:
         return text
-    tail = "\n\n*(cut to fit GitHub's limit; the rest is in the results artifact)*\n"
-    return text[: _BUDGET - len(tail)] + tail
+    state = last_line(text)
+    tail = ""
+    if _STATE_MARKER.fullmatch(state):
+        text, tail = text.rstrip()[: -len(state)].rstrip("\n"), f"\n{state}"
+    return _close_fences(text[: _BUDGET - len(tail) - len(note) - 64]) + note + tail

@@ -17,7 +17,6 @@ Every string that came from the optimize job (reasons, names) is escaped with
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -27,7 +26,7 @@ from github.Issue import Issue
 from github.IssueComment import IssueComment
 from github.Repository import Repository
 
-from .body import BODY_LIMIT, _safe_url, md, render_comment
+from .body import CANCELLED_MARKER, _safe_url, fit, last_line, md, render_comment
 
 __all__ = [
     "CANCELLED_MARKER",
@@ -46,34 +45,6 @@ REACTIONS = frozenset({"+1", "-1", "laugh", "confused", "heart", "hooray", "rock
 """Reaction contents GitHub accepts."""
 STATES = ("queued", "running", "done", "failed")
 """Progress states :func:`progress_body` renders."""
-_CUT = "\n\n*(cut to fit GitHub's limit; the rest is in the results artifact)*\n"
-CANCELLED_MARKER = "<!-- kernelpro:cancelled -->"
-"""The hidden last line of a comment that ``/kernelpro cancel`` ended (bot/plan.py)."""
-# State markers the bot writes as a comment's last line (bot/progress.py's live marker, the cancel's),
-# and reads from there alone: text above them (a file name in the queued comment's .kernelpro.yml
-# snippet) posed as a live marker and sent /kernelpro cancel to a run of the attacker's choosing
-# (a red-team probe, session 27).
-_STATE_MARKER = re.compile(r"<!-- kernelpro:(?:live run=[0-9]{1,20}|cancelled) -->")
-
-
-def last_line(body: str | None) -> str:
-    """A comment's last non-empty line, stripped: where the bot's state markers are, and only there."""
-    lines = [ln for ln in (body or "").splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else ""
-
-
-def _close_fences(text: str) -> str:
-    """``text`` with a code fence a cut left open closed, so it cannot swallow what follows."""
-    fence = ""
-    for line in text.splitlines():
-        run = len(line) - len(line.lstrip("`"))
-        if not fence and run >= 3:
-            fence = "`" * run
-        elif fence and run >= len(fence) and not line.strip("`").strip():
-            fence = ""
-    return f"{text}\n{fence}" if fence else text
-
-
 class CommentError(RuntimeError):
     """The progress comment could not be read or written; the message says what and why."""
 
@@ -165,17 +136,7 @@ class StickyComment:
         """The full comment text for ``body``: the marker first, within GitHub's limit."""
         if body.split("\n", 1)[0].strip() == self.marker:
             body = body.split("\n", 1)[1] if "\n" in body else ""
-        # A state marker stays the last line whatever is cut above it (a cut took a live marker with the
-        # end of a long comment, and /kernelpro cancel then found no run to stop).
-        state = last_line(body)
-        tail = ""
-        if _STATE_MARKER.fullmatch(state):
-            body, tail = body.rstrip()[: -len(state)].rstrip("\n"), f"\n{state}"
-        text = f"{self.marker}\n{body}"
-        limit = BODY_LIMIT - 1_536 - len(tail)
-        if len(text) > limit:
-            text = _close_fences(text[: limit - len(_CUT) - 64]) + _CUT
-        return text + tail
+        return fit(f"{self.marker}\n{body}")
 
     def update(self, body: str, *, force: bool = False) -> bool:
         """Show ``body`` in the sticky comment, editing it in place or creating it once.
