@@ -560,11 +560,11 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def stop_tree(root: int) -> set[int]:
-    """SIGSTOP ``root`` and every process below it, again until a pass finds none it had not stopped
-    (a stopped process forks nothing); the pids it stopped, which SIGCONT takes back."""
+def stop_below(root: int) -> set[int]:
+    """SIGSTOP every process below ``root``, again until a pass finds none it had not stopped (a stopped
+    process forks nothing); the pids it stopped. Stop ``root`` first where it must fork no more either."""
     stopped: set[int] = set()
-    while new := [pid for pid in (root, *descendants(root)) if pid not in stopped]:
+    while new := [pid for pid in descendants(root) if pid not in stopped]:
         for pid in new:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
@@ -580,13 +580,7 @@ def kill_descendants() -> None:
     process forks nothing, so the stopping ends once a pass finds none it had not stopped."""
     me = os.getpid()
     while True:
-        stopped: set[int] = set()
-        while new := [pid for pid in descendants(me) if pid not in stopped]:
-            for pid in new:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGSTOP)
-            stopped.update(new)
-        for pid in stopped:
+        for pid in stop_below(me):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         try:

@@ -82,17 +82,13 @@ def _until_stopped(pids: set[int], limit_s: float = 2.0) -> None:
     """Wait (``limit_s`` at most) until each of ``pids`` is stopped or gone: SIGSTOP arrives asynchronously."""
     import time
 
+    from .. import procstat
+
     end = time.monotonic() + limit_s
     left = set(pids)
     while left and time.monotonic() < end:
-        for pid in list(left):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                state = "X"
-            if state in ("T", "t", "Z", "X"):
-                left.discard(pid)
+        running = {pid for pid, fields in procstat.stats() if pid in left and fields[0] not in ("T", "t", "Z", "X")}
+        left &= running
         if left:
             time.sleep(0.001)
 
@@ -201,8 +197,11 @@ class ChildRunner:
         from .. import confinement
 
         pid = self._procs[arm].pid
+        if sig in (signal.SIGSTOP, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)  # first: it forks nothing while its tree is stopped
         if sig == signal.SIGSTOP:
-            self._stopped[arm] = confinement.stop_tree(pid)
+            self._stopped[arm] = confinement.stop_below(pid) | {pid}
             # Delivery is asynchronous: wait until the arm really stands still before the next window.
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WUNTRACED)
@@ -210,7 +209,7 @@ class ChildRunner:
             return
         # A kill reaches the whole tree as it is now (stopped first, so nothing forks meanwhile); a resume,
         # what the stop reached.
-        tree = confinement.stop_tree(pid) if sig == signal.SIGKILL else set()
+        tree = confinement.stop_below(pid) if sig == signal.SIGKILL else set()
         for p in sorted(self._stopped.pop(arm, set()) | tree | {pid}):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, sig)
