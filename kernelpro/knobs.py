@@ -61,6 +61,7 @@ import ast
 import bisect
 import functools
 import io
+import math
 import re
 import tokenize
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -989,76 +990,82 @@ def _binding_note(tree: ast.Module, iterable: ast.expr, key: str, text: _Text) -
             + ")")
 
 
-def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str, int, _Site], None],
-                     notes: list[str]) -> None:
-    """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
-    lists a config comprehension iterates) and of ``@triton.heuristics`` values (scaled in place)."""
+def _triton_decorators(tree: ast.Module) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call, str, ast.expr | None]]:
+    """(function, decorator, "autotune" or "heuristics", its configs or values argument) of every
+    ``@triton.autotune(...)`` and ``@triton.heuristics(...)`` in ``tree``."""
     aliases = import_aliases(tree)
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         for deco in fn.decorator_list:
             tail = triton_decorator(deco, aliases)
-            if not isinstance(deco, ast.Call) or tail not in ("autotune", "heuristics"):
+            if isinstance(deco, ast.Call) and tail in ("autotune", "heuristics"):
+                named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
+                yield fn, deco, tail, named.get("configs" if tail == "autotune" else "values",
+                                                deco.args[0] if deco.args else None)
+
+
+def _decorator_knobs(tree: ast.Module, text: _Text, add: Callable[[str, str, str, int, _Site], None],
+                     notes: list[str]) -> None:
+    """Knobs of ``@triton.autotune`` config lists (values in ``triton.Config``s, the ends of the value
+    lists a config comprehension iterates) and of ``@triton.heuristics`` values (scaled in place)."""
+    for fn, deco, tail, arg in _triton_decorators(tree):
+        where = f"`@triton.{tail}` of `{fn.name}` (line {deco.lineno})"
+        if tail == "heuristics":
+            if not isinstance(arg, ast.Dict):
+                notes.append(f"{where}: its values are not a dict the tuner can read")
                 continue
-            named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
-            arg = named.get("configs" if tail == "autotune" else "values", deco.args[0] if deco.args else None)
-            where = f"`@triton.{tail}` of `{fn.name}` (line {deco.lineno})"
-            if tail == "heuristics":
-                if not isinstance(arg, ast.Dict):
-                    notes.append(f"{where}: its values are not a dict the tuner can read")
+            for k, v in zip(arg.keys, arg.values, strict=True):
+                key = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else ""
+                # fla names its tiles BK, BT, BV: a heuristic computes them from the problem sizes.
+                tile = key and (_looks_like_block(key) or re.fullmatch(r"B[A-Z]{1,2}", key))
+                kind = "num_warps" if key == "num_warps" else "block" if tile else ""
+                # Literals inside the heuristic are its readable rule; without any, it is scaled.
+                if kind and isinstance(v, ast.Lambda):
+                    _computed_knobs(v.body, kind, text, fn.name, f"heuristics.{key}", add)
+            continue
+        _pin_knobs(fn, deco, arg, text, add)
+        if isinstance(arg, ast.List | ast.Tuple) and arg.elts:
+            for i, cfg in enumerate(arg.elts):
+                if not isinstance(cfg, ast.Call) or _dotted_tail(cfg.func) != "Config":
                     continue
-                for k, v in zip(arg.keys, arg.values, strict=True):
-                    key = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else ""
-                    # fla names its tiles BK, BT, BV: a heuristic computes them from the problem sizes.
-                    tile = key and (_looks_like_block(key) or re.fullmatch(r"B[A-Z]{1,2}", key))
-                    kind = "num_warps" if key == "num_warps" else "block" if tile else ""
-                    # Literals inside the heuristic are its readable rule; without any, it is scaled.
-                    if kind and isinstance(v, ast.Lambda):
-                        _computed_knobs(v.body, kind, text, fn.name, f"heuristics.{key}", add)
-                continue
-            _pin_knobs(fn, deco, arg, text, add)
-            if isinstance(arg, ast.List | ast.Tuple) and arg.elts:
-                for i, cfg in enumerate(arg.elts):
-                    if not isinstance(cfg, ast.Call) or _dotted_tail(cfg.func) != "Config":
+                pairs: list[tuple[str, str, ast.expr]] = [
+                    (kw.arg, kw.arg, kw.value) for kw in cfg.keywords if kw.arg in ("num_warps", "num_stages")
+                ]
+                if cfg.args and isinstance(cfg.args[0], ast.Dict):
+                    pairs += [("block", k.value, v) for k, v in zip(cfg.args[0].keys, cfg.args[0].values, strict=True)
+                              if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+                for kind, key, v in pairs:
+                    if not _is_int_literal(v) or (kind == "block" and not _is_power_of_two(v.value)):  # type: ignore[attr-defined]
                         continue
-                    pairs: list[tuple[str, str, ast.expr]] = [
-                        (kw.arg, kw.arg, kw.value) for kw in cfg.keywords if kw.arg in ("num_warps", "num_stages")
-                    ]
-                    if cfg.args and isinstance(cfg.args[0], ast.Dict):
-                        pairs += [("block", k.value, v) for k, v in zip(cfg.args[0].keys, cfg.args[0].values, strict=True)
-                                  if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-                    for kind, key, v in pairs:
-                        if not _is_int_literal(v) or (kind == "block" and not _is_power_of_two(v.value)):  # type: ignore[attr-defined]
-                            continue
-                        start, end = _span(text, v)
-                        add(fn.name, f"autotune[{i}].{key}", kind, v.value, _Site(start, end))  # type: ignore[attr-defined]
-            elif isinstance(arg, ast.ListComp | ast.GeneratorExp):
-                roles = _config_role(arg.elt)
-                for gen in arg.generators:
-                    if not isinstance(gen.target, ast.Name) or gen.target.id not in roles:
-                        continue
-                    kind, key = roles[gen.target.id]
-                    values = [e.value for e in gen.iter.elts if _is_int_literal(e)] if isinstance(gen.iter, ast.List | ast.Tuple) else []  # type: ignore[attr-defined]
-                    if not isinstance(gen.iter, ast.List | ast.Tuple) or len(values) != len(gen.iter.elts):
-                        shown = ast.get_source_segment(text.source, gen.iter) or "?"
-                        notes.append(f"{where}: `{key}` takes its values from `{shown[:60]}`, not a literal list"
-                                     + _binding_note(tree, gen.iter, key, text))
-                        continue
-                    if not _list_style(kind, values):
-                        notes.append(f"{where}: the `{key}` values {values} are not consecutive "
-                                     f"{'integers' if kind == 'num_stages' else 'powers of two'}")
-                        continue
-                    start, end = _span(text, gen.iter)
-                    brackets = text.source[start] + text.source[end - 1]
-                    for end_name, value in (("min", values[0]), ("max", values[-1])):
-                        site = _Site(start, end, rule="list", base=end_name, kind=kind, indent=brackets,
-                                     lo=values[0], hi=values[-1])
-                        add(fn.name, f"autotune.{key}.{end_name}", kind, value, site)
-            else:
-                code = ast.get_source_segment(text.source, arg) if arg is not None else "nothing"
-                notes.append(f"{where}: its configs come from `{(code or '?')[:60]}`, which the tuner cannot "
-                             "read (a list of triton.Config, or a comprehension over literal lists, it can)")
+                    start, end = _span(text, v)
+                    add(fn.name, f"autotune[{i}].{key}", kind, v.value, _Site(start, end))  # type: ignore[attr-defined]
+        elif isinstance(arg, ast.ListComp | ast.GeneratorExp):
+            roles = _config_role(arg.elt)
+            for gen in arg.generators:
+                if not isinstance(gen.target, ast.Name) or gen.target.id not in roles:
+                    continue
+                kind, key = roles[gen.target.id]
+                values = [e.value for e in gen.iter.elts if _is_int_literal(e)] if isinstance(gen.iter, ast.List | ast.Tuple) else []  # type: ignore[attr-defined]
+                if not isinstance(gen.iter, ast.List | ast.Tuple) or len(values) != len(gen.iter.elts):
+                    shown = ast.get_source_segment(text.source, gen.iter) or "?"
+                    notes.append(f"{where}: `{key}` takes its values from `{shown[:60]}`, not a literal list"
+                                 + _binding_note(tree, gen.iter, key, text))
+                    continue
+                if not _list_style(kind, values):
+                    notes.append(f"{where}: the `{key}` values {values} are not consecutive "
+                                 f"{'integers' if kind == 'num_stages' else 'powers of two'}")
+                    continue
+                start, end = _span(text, gen.iter)
+                brackets = text.source[start] + text.source[end - 1]
+                for end_name, value in (("min", values[0]), ("max", values[-1])):
+                    site = _Site(start, end, rule="list", base=end_name, kind=kind, indent=brackets,
+                                 lo=values[0], hi=values[-1])
+                    add(fn.name, f"autotune.{key}.{end_name}", kind, value, site)
+        else:
+            code = ast.get_source_segment(text.source, arg) if arg is not None else "nothing"
+            notes.append(f"{where}: its configs come from `{(code or '?')[:60]}`, which the tuner cannot "
+                         "read (a list of triton.Config, or a comprehension over literal lists, it can)")
 
 
 def autotune_sizes(source: str) -> dict[str, int]:
@@ -1069,25 +1076,15 @@ def autotune_sizes(source: str) -> dict[str, int]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {}
-    aliases = import_aliases(tree)
     sizes: dict[str, int] = {}
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+    for fn, _, tail, arg in _triton_decorators(tree):
+        if tail != "autotune":
             continue
-        for deco in fn.decorator_list:
-            if not isinstance(deco, ast.Call) or triton_decorator(deco, aliases) != "autotune":
-                continue
-            named = {kw.arg: kw.value for kw in deco.keywords if kw.arg}
-            arg = named.get("configs", deco.args[0] if deco.args else None)
-            if isinstance(arg, ast.List | ast.Tuple):
-                sizes[fn.name] = len(arg.elts)
-            elif isinstance(arg, ast.ListComp | ast.GeneratorExp) and all(
-                    isinstance(g.iter, ast.List | ast.Tuple) and not g.ifs for g in arg.generators):
-                n = 1
-                for g in arg.generators:
-                    assert isinstance(g.iter, ast.List | ast.Tuple)
-                    n *= len(g.iter.elts)
-                sizes[fn.name] = n
+        if isinstance(arg, ast.List | ast.Tuple):
+            sizes[fn.name] = len(arg.elts)
+        elif isinstance(arg, ast.ListComp | ast.GeneratorExp) and all(
+                isinstance(g.iter, ast.List | ast.Tuple) and not g.ifs for g in arg.generators):
+            sizes[fn.name] = math.prod([len(g.iter.elts) for g in arg.generators if isinstance(g.iter, ast.List | ast.Tuple)])
     return sizes
 
 
