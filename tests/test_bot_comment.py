@@ -203,8 +203,8 @@ def test_a_cut_keeps_the_state_marker_last_and_closes_an_open_fence(fake: FakeGi
     """The bot reads a live run's marker (and a cancel's) from the comment's last line only: a file name
     above it posed as one (tests/test_bot_markers.py). Cutting a long comment to GitHub's limit took the
     marker away with the end, and left a code fence open that swallowed what followed."""
-    from kernelpro.bot.command import live_run
     from kernelpro.bot.body import BODY_LIMIT, last_line
+    from kernelpro.bot.command import live_run
     from kernelpro.bot.progress import is_live, live_marker
 
     s = StickyComment(repo, 1)
